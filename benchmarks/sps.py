@@ -1,0 +1,77 @@
+"""Steady-state fps of the scripts, measured the way the contract defines it.
+
+Runs each configuration in turn, `--rounds` times interleaved (so that drift of a
+shared machine spreads over all of them), reads `charts/SPS` (the last value: the
+average over the whole window after the warm-up) and `charts/warmup_time` from each
+run's event file, and prints a table: median fps, min-max, ratio to the first
+configuration, median warm-up.
+
+    python benchmarks/sps.py --rounds 3 --steps 7000 --args="--learning-starts 5000" \
+        sac_continuous_action sac_continuous_action_torchcompile \
+        "sac_continuous_action_torchcompile --compile"
+
+Each positional argument is a script name in leanrl/ followed by its own flags.
+"""
+
+import argparse
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from benchmarks.events import read_scalars  # noqa: E402
+
+
+def run_once(config: str, common: list[str], steps: int, env_id: str | None, workdir: Path) -> dict:
+    script, *flags = shlex.split(config)
+    cmd = [sys.executable, str(REPO / "leanrl" / f"{script}.py"), "--total-timesteps", str(steps), *common, *flags]
+    if env_id:
+        cmd += ["--env-id", env_id]
+    run_dir = Path(tempfile.mkdtemp(dir=workdir))
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=run_dir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{config} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    scalars = read_scalars(next(run_dir.glob("runs/*")))
+    if "charts/SPS" not in scalars:
+        raise SystemExit(f"{config}: no charts/SPS logged; give it more --steps")
+    warmup = scalars.get("charts/warmup_time", [(0, float("nan"))])[-1][1]
+    return {"sps": scalars["charts/SPS"][-1][1], "warmup": warmup, "wall": wall}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("configs", nargs="+", help="script name (in leanrl/) and its flags, quoted together")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, required=True, help="--total-timesteps of each run")
+    parser.add_argument("--env-id", default=None)
+    parser.add_argument("--args", default="", help="flags passed to every run")
+    opts = parser.parse_args()
+
+    results: dict[str, list[dict]] = {c: [] for c in opts.configs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for rnd in range(opts.rounds):
+            for config in opts.configs:
+                r = run_once(config, shlex.split(opts.args), opts.steps, opts.env_id, Path(tmp))
+                results[config].append(r)
+                print(f"round {rnd + 1}: {config}: {r['sps']:.1f} fps, warm-up {r['warmup']:.1f} s", file=sys.stderr)
+
+    base = statistics.median(r["sps"] for r in results[opts.configs[0]])
+    print(f"\n{opts.rounds} interleaved rounds, {opts.steps} steps each, {opts.args or 'default flags'}")
+    print("| configuration | fps (median) | min-max | vs first | warm-up (s) |")
+    print("|---|---|---|---|---|")
+    for config, rs in results.items():
+        sps = [r["sps"] for r in rs]
+        med = statistics.median(sps)
+        warm = statistics.median(r["warmup"] for r in rs)
+        print(f"| `{config}` | {med:.1f} | {min(sps):.1f}-{max(sps):.1f} | {med / base:.2f}x | {warm:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

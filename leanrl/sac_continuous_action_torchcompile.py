@@ -1,0 +1,485 @@
+"""Soft Actor-Critic (SAC) for continuous actions, made fast.
+
+The algorithm, defaults and random-number stream of `sac_continuous_action.py`;
+only the execution changes. Each optimization carries a comment saying what it
+saves:
+
+- the twin Q-networks run as one `torch.vmap`'d ensemble (one batched matmul per
+  layer for both critics, one optimizer over stacked weights);
+- the replay buffer is a TensorDict preallocated on the training device and
+  sampled there: no host round-trip per update;
+- the actor loss reads the critics through detached weights: no gradient is
+  computed for weights that the actor step does not update;
+- `--compile`: `torch.compile` of the acting step and of the whole update
+  (losses, backward, optimizer steps, target update);
+- `--cudagraphs`: those functions replayed as CUDA graphs (tensordict's
+  `CudaGraphModule`), which removes the kernel-launch overhead on a GPU;
+- no `.item()` in the hot loop: values are read back only at logging intervals.
+
+    python leanrl/sac_continuous_action_torchcompile.py --compile --cudagraphs
+"""
+
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import tqdm
+import tyro
+from tensordict import TensorDict, from_module, from_modules
+from tensordict.nn import CudaGraphModule
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when it is available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "leanrl"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the trained model (and evaluate it) in the run's folder"""
+    eval_episodes: int = 10
+    """episodes played by the saved policy after training (with --save-model)"""
+
+    # Algorithm specific arguments
+    env_id: str = "HalfCheetah-v4"
+    """the environment id of the task"""
+    total_timesteps: int = 1000000
+    """total timesteps of the experiments"""
+    buffer_size: int = int(1e6)
+    """the replay memory buffer size"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    tau: float = 0.005
+    """target smoothing coefficient"""
+    batch_size: int = 256
+    """the batch size of sample from the replay memory"""
+    learning_starts: int = 5000
+    """timestep to start learning"""
+    policy_lr: float = 3e-4
+    """the learning rate of the policy network optimizer"""
+    q_lr: float = 1e-3
+    """the learning rate of the Q network optimizer"""
+    policy_frequency: int = 2
+    """the frequency of training policy (delayed)"""
+    target_network_frequency: int = 1
+    """the frequency of updates for the target networks"""
+    alpha: float = 0.2
+    """entropy regularization coefficient"""
+    autotune: bool = True
+    """automatic tuning of the entropy coefficient"""
+    measure_after: int = 20
+    """updates left out of the fps window (the warm-up: compilation, CUDA-graph capture)"""
+
+    compile: bool = False
+    """whether to use torch.compile"""
+    cudagraphs: bool = False
+    """whether to use CUDA graphs (needs CUDA)"""
+
+
+def fail(message: str) -> None:
+    """Stop on a user's mistake: one line on stderr, exit code 2, no stack trace."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_args(args: Args) -> None:
+    positive = ["total_timesteps", "buffer_size", "batch_size", "policy_lr", "q_lr",
+                "policy_frequency", "target_network_frequency", "eval_episodes"]
+    for name in positive:
+        if not getattr(args, name) > 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ["learning_starts", "measure_after"]:
+        if getattr(args, name) < 0:
+            fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.total_timesteps <= args.learning_starts:
+        fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
+    if not 0.0 <= args.gamma <= 1.0:
+        fail(f"--gamma must be in [0, 1], got {args.gamma}")
+    if not 0.0 < args.tau <= 1.0:
+        fail(f"--tau must be in (0, 1], got {args.tau}")
+    if not args.autotune and args.alpha < 0:
+        fail(f"--alpha must be >= 0, got {args.alpha}")
+
+
+def make_env(env_id: str, seed: int, capture_video: bool = False, run_name: str = "") -> gym.Env:
+    """One environment with episode statistics; a user's bad id or action space stops here."""
+    if capture_video:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering
+    try:
+        env = gym.make(env_id, render_mode="rgb_array" if capture_video else None)
+    except gym.error.Error as e:
+        fail(f"--env-id {env_id!r}: {e}")
+    if not isinstance(env.action_space, gym.spaces.Box):
+        fail(f"--env-id {env_id!r}: SAC needs a continuous (Box) action space, got {env.action_space}")
+    if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
+        fail(f"--env-id {env_id!r}: needs a flat Box observation space, got {env.observation_space}")
+    if capture_video:
+        env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    env.action_space.seed(seed)
+    return env
+
+
+# ALGO LOGIC: initialize agent here:
+class SoftQNetwork(nn.Module):
+    def __init__(self, env, device=None):
+        super().__init__()
+        obs_dim = np.prod(env.observation_space.shape)
+        act_dim = np.prod(env.action_space.shape)
+        self.fc1 = nn.Linear(obs_dim + act_dim, 256, device=device)
+        self.fc2 = nn.Linear(256, 256, device=device)
+        self.fc3 = nn.Linear(256, 1, device=device)
+
+    def forward(self, x, a):
+        x = torch.cat([x, a], 1)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+LOG_STD_MAX = 2
+LOG_STD_MIN = -5
+
+
+class Actor(nn.Module):
+    def __init__(self, env, device=None):
+        super().__init__()
+        obs_dim = np.prod(env.observation_space.shape)
+        act_dim = np.prod(env.action_space.shape)
+        self.fc1 = nn.Linear(obs_dim, 256, device=device)
+        self.fc2 = nn.Linear(256, 256, device=device)
+        self.fc_mean = nn.Linear(256, act_dim, device=device)
+        self.fc_logstd = nn.Linear(256, act_dim, device=device)
+        # action rescaling
+        high, low = env.action_space.high, env.action_space.low
+        self.register_buffer("action_scale", torch.tensor((high - low) / 2.0, dtype=torch.float32, device=device))
+        self.register_buffer("action_bias", torch.tensor((high + low) / 2.0, dtype=torch.float32, device=device))
+
+    def forward(self, x):
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        mean = self.fc_mean(x)
+        log_std = self.fc_logstd(x)
+        log_std = torch.tanh(log_std)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)  # From SpinUp / Denis Yarats
+        return mean, log_std
+
+    def get_action(self, x):
+        mean, log_std = self(x)
+        std = log_std.exp()
+        # the reparameterized Gaussian sample written out: no Distribution object, whose
+        # argument checks cost Python time (and a host sync on a GPU)
+        noise = torch.randn_like(mean)
+        x_t = mean + std * noise
+        y_t = torch.tanh(x_t)
+        action = y_t * self.action_scale + self.action_bias
+        log_prob = -0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
+        # Enforcing Action Bound
+        log_prob = log_prob - torch.log(self.action_scale * (1 - y_t.pow(2)) + 1e-6)
+        log_prob = log_prob.sum(1, keepdim=True)
+        mean = torch.tanh(mean) * self.action_scale + self.action_bias
+        return action, log_prob, mean
+
+
+def load_policy(model_path: str, device: str | torch.device = "cpu"):
+    """Rebuild the actor saved by --save-model; returns (actor, args dict)."""
+    checkpoint = torch.load(model_path, map_location=device, weights_only=True)
+    env = make_env(checkpoint["args"]["env_id"], seed=0)
+    actor = Actor(env, device=device)
+    actor.load_state_dict(checkpoint["actor"])
+    env.close()
+    return actor.eval(), checkpoint["args"]
+
+
+def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: str | torch.device = "cpu"):
+    """Play `eval_episodes` episodes with the saved policy's deterministic action; returns their returns."""
+    actor, saved_args = load_policy(model_path, device)
+    env = make_env(saved_args["env_id"], seed)
+    returns = []
+    obs, _ = env.reset(seed=seed)
+    while len(returns) < eval_episodes:
+        with torch.no_grad():
+            _, _, action = actor.get_action(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])
+        obs, _, _, _, info = env.step(action[0].cpu().numpy())
+        if "episode" in info:
+            returns.append(float(info["episode"]["r"]))
+            obs, _ = env.reset()
+    env.close()
+    return returns
+
+
+def main(args: Args) -> None:
+    check_args(args)
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if args.cudagraphs and device.type != "cuda":
+        print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
+        args.cudagraphs = False
+
+    # env setup (first, so that a bad --env-id stops before any heavy work)
+    env = make_env(args.env_id, args.seed, args.capture_video, run_name)
+
+    actor = Actor(env, device=device)
+    # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
+    actor_detach = Actor(env, device="meta")
+    from_module(actor).data.to_module(actor_detach, preserve_module_state=False)
+    policy = actor_detach.get_action
+
+    def get_q_params():
+        qf1 = SoftQNetwork(env, device=device)
+        qf2 = SoftQNetwork(env, device=device)
+        qnet_params = from_modules(qf1, qf2, as_module=True)
+        qnet_target = qnet_params.data.clone()
+        # discard the params of the original modules: a "meta" shell runs any set of weights
+        qnet = SoftQNetwork(env, device="meta")
+        qnet_params.to_module(qnet, preserve_module_state=False)
+        return qnet_params, qnet_target, qnet
+
+    qnet_params, qnet_target, qnet = get_q_params()
+    # stacked weights: one Adam over both critics, one fused kernel per step on the CPU
+    q_optimizer = torch.optim.Adam(qnet_params.values(True, True), lr=args.q_lr, **adam_kwargs(args, device))
+    actor_optimizer = torch.optim.Adam(list(actor.parameters()), lr=args.policy_lr, **adam_kwargs(args, device))
+
+    # Automatic entropy tuning
+    if args.autotune:
+        target_entropy = -torch.prod(torch.Tensor(env.action_space.shape).to(device)).item()
+        log_alpha = torch.zeros(1, requires_grad=True, device=device)
+        a_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr, **adam_kwargs(args, device))
+    else:
+        log_alpha = torch.as_tensor(args.alpha, device=device).log()  # alpha stays a tensor: no sync to read it
+
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    # the replay buffer lives on the training device: sampling is an index on the device, no host copy
+    rb = TensorDict(
+        observations=torch.zeros(args.buffer_size, obs_dim),
+        actions=torch.zeros(args.buffer_size, act_dim),
+        next_observations=torch.zeros(args.buffer_size, obs_dim),
+        rewards=torch.zeros(args.buffer_size),
+        dones=torch.zeros(args.buffer_size),
+        batch_size=[args.buffer_size],
+        device=device,
+    )
+    rb_pos, rb_full = 0, False
+
+    def batched_qf(params, obs, action):
+        with params.to_module(qnet, preserve_module_state=False):
+            return qnet(obs, action)
+
+    def update_main(data):
+        # zero_grad comes first: a graph break between the forward and backward passes would cut
+        # the compiled graph in two (and traced backward passes need the whole graph)
+        q_optimizer.zero_grad()
+        alpha = log_alpha.detach().exp()
+        with torch.no_grad():
+            next_state_actions, next_state_log_pi, _ = actor.get_action(data["next_observations"])
+            # one vmapped call evaluates both critics: a batched matmul per layer instead of two matmuls
+            qf_next_target = torch.vmap(batched_qf, (0, None, None))(
+                qnet_target, data["next_observations"], next_state_actions
+            )
+            min_qf_next_target = qf_next_target.min(dim=0).values - alpha * next_state_log_pi
+            next_q_value = data["rewards"].flatten() + (1 - data["dones"].flatten()) * args.gamma * min_qf_next_target.view(-1)
+
+        qf_a_values = torch.vmap(batched_qf, (0, None, None))(qnet_params, data["observations"], data["actions"])
+        qf_a_values = qf_a_values.view(2, -1)
+        qf_losses = (qf_a_values - next_q_value).pow(2).mean(1)  # the two critics' mse losses
+        qf_loss = qf_losses.sum()
+
+        # optimize the model
+        qf_loss.backward()
+        q_optimizer.step()
+        qf_values, qf_losses = qf_a_values.detach().mean(1), qf_losses.detach()
+        return TensorDict(qf1_values=qf_values[0], qf2_values=qf_values[1], qf1_loss=qf_losses[0],
+                          qf2_loss=qf_losses[1], qf_loss=qf_loss.detach() / 2.0)
+
+    def update_pol(data):
+        actor_optimizer.zero_grad()  # first, as in update_main
+        if args.autotune:
+            a_optimizer.zero_grad()
+        alpha = log_alpha.detach().exp()
+        pi, log_pi, _ = actor.get_action(data["observations"])
+        # detached critic weights: the backward pass skips their gradients, which the actor does not use
+        qf_pi = torch.vmap(batched_qf, (0, None, None))(qnet_params.data, data["observations"], pi)
+        min_qf_pi = qf_pi.min(0).values
+        actor_loss = ((alpha * log_pi) - min_qf_pi).mean()
+
+        actor_loss.backward()
+        actor_optimizer.step()
+
+        if args.autotune:
+            # the entropy estimate of the actor step serves again: no second forward pass
+            alpha_loss = (-log_alpha.exp() * (log_pi.detach() + target_entropy)).mean()
+
+            alpha_loss.backward()
+            a_optimizer.step()
+        return TensorDict(alpha=log_alpha.detach().exp(), actor_loss=actor_loss.detach(),
+                          alpha_loss=alpha_loss.detach() if args.autotune else torch.zeros((), device=device))
+
+    def update_target():
+        # one fused lerp over every target weight instead of a Python loop of copies
+        qnet_target.lerp_(qnet_params.data, args.tau)
+
+    if args.compile:
+        # compiled code draws eager's random numbers, so that --compile reproduces a run without it
+        torch._inductor.config.fallback_random = True
+        # trace loss.backward() into the compiled graph: forward and backward become one graph
+        torch._dynamo.config.trace_autograd_ops = True
+        # recompute views in the backward rather than saving them: otherwise the vmapped critics
+        # save their ReLU masks as bool tensors, which inductor's CPU (AVX2) code writes slowly
+        torch._functorch.config.recompute_views = True
+        update_main = torch.compile(update_main)
+        if device.type == "cuda":
+            # Compiled on the CPU, these three measured slower than eager (README, "Measured on
+            # the CPU"): the acting step and the target lerp are a few ops where guard and call
+            # overhead dominate, and the actor step's input-only gradients make inductor save
+            # ReLU masks as bool tensors, slow to write on the CPU. On a GPU, compile them all.
+            update_pol = torch.compile(update_pol)
+            update_target = torch.compile(update_target)
+            policy = torch.compile(policy)
+
+    if args.cudagraphs:
+        update_main = CudaGraphModule(update_main, in_keys=[], out_keys=[])
+        update_pol = CudaGraphModule(update_pol, in_keys=[], out_keys=[])
+        update_target = CudaGraphModule(update_target, in_keys=[], out_keys=[])
+        policy = CudaGraphModule(policy)
+
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_name, save_code=True)
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+
+    # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
+    first_update_step = args.learning_starts + 1
+    measure_step = first_update_step + args.measure_after
+    measure_time = train_start = None
+    episodic_return = float("nan")
+    global_step, out_main, out_pol = 0, None, None
+    pbar = tqdm.tqdm(total=args.total_timesteps, desc=args.exp_name, unit="step")
+    try:
+        # TRY NOT TO MODIFY: start the game
+        obs, _ = env.reset(seed=args.seed)
+        obs = torch.as_tensor(obs, device=device, dtype=torch.float32)
+        for global_step in range(args.total_timesteps):
+            # ALGO LOGIC: put action logic here
+            if global_step < args.learning_starts:
+                action = env.action_space.sample()
+            else:
+                action, _, _ = policy(obs[None])
+                action = action[0].cpu().numpy()
+
+            # TRY NOT TO MODIFY: execute the game and log data.
+            next_obs, reward, terminated, truncated, info = env.step(action)
+
+            # TRY NOT TO MODIFY: record rewards for plotting purposes
+            if "episode" in info:
+                episodic_return = float(info["episode"]["r"])
+                writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                writer.add_scalar("charts/episodic_length", int(info["episode"]["l"]), global_step)
+
+            # the buffer keeps the true next observation; only termination (not time-out) cuts the bootstrap
+            next_obs = torch.as_tensor(next_obs, device=device, dtype=torch.float32)
+            rb[rb_pos] = TensorDict(
+                observations=obs, actions=torch.as_tensor(action, device=device, dtype=torch.float32),
+                next_observations=next_obs, rewards=torch.as_tensor(reward, device=device, dtype=torch.float32),
+                dones=torch.as_tensor(terminated, device=device, dtype=torch.float32),
+            )
+            rb_pos = (rb_pos + 1) % args.buffer_size
+            rb_full = rb_full or rb_pos == 0
+
+            # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
+            obs = next_obs
+            if terminated or truncated:
+                obs, _ = env.reset()
+                obs = torch.as_tensor(obs, device=device, dtype=torch.float32)
+
+            # ALGO LOGIC: training.
+            if global_step > args.learning_starts:
+                if global_step == first_update_step:
+                    train_start = time.perf_counter()
+                if global_step == measure_step:
+                    measure_time = time.perf_counter()
+                    writer.add_scalar("charts/warmup_time", measure_time - train_start, global_step)
+
+                idx = torch.randint(0, args.buffer_size if rb_full else rb_pos, (args.batch_size,), device=device)
+                data = rb[idx]
+                out_main = update_main(data)
+                if global_step % args.policy_frequency == 0:  # TD 3 Delayed update support
+                    for _ in range(args.policy_frequency):  # compensate for the delay by doing 'actor_update_interval' instead of 1
+                        out_pol = update_pol(data)
+
+                # update the target networks
+                if global_step % args.target_network_frequency == 0:
+                    update_target()
+
+                if global_step % 100 == 0:
+                    # the only reads of device values in the loop, at logging intervals
+                    logs = out_main.to_dict() | (out_pol.to_dict() if out_pol is not None else {})
+                    for key, value in logs.items():
+                        writer.add_scalar(f"losses/{key}", value.item(), global_step)
+                    if measure_time is not None and global_step > measure_step:
+                        sps = (global_step - measure_step) / (time.perf_counter() - measure_time)
+                        writer.add_scalar("charts/SPS", sps, global_step)
+                        pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+            pbar.update(1)
+        global_step = args.total_timesteps
+
+        if args.save_model:
+            model_path = f"runs/{run_name}/{args.exp_name}.pt"
+            torch.save({"args": asdict(args), "actor": actor.state_dict(),
+                        "qnet": qnet_params.data.to_dict()}, model_path)
+            print(f"model saved to {model_path}")
+            for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
+                writer.add_scalar("eval/episodic_return", episodic_return, idx)
+    except KeyboardInterrupt:
+        pbar.close()
+        print(f"interrupted at step {global_step}; logs kept in runs/{run_name}", file=sys.stderr)
+        sys.exit(130)
+    finally:
+        pbar.close()
+        env.close()
+        writer.close()
+        if args.track:
+            wandb.finish()
+
+
+def adam_kwargs(args: Args, device: torch.device) -> dict:
+    """Adam's implementation: fused on the CPU; on CUDA, capturable when graphed without compile."""
+    if device.type == "cpu":
+        return {"fused": True}
+    return {"capturable": args.cudagraphs and not args.compile}
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
