@@ -1,0 +1,146 @@
+"""Shared test helpers: run a script of leanrl/ in a folder of its own, read what it logged."""
+
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from benchmarks.events import read_scalars  # noqa: E402
+
+SCRIPTS = REPO / "leanrl"
+ENV = {
+    **os.environ,
+    "PYTHONUNBUFFERED": "1",
+    "WANDB_MODE": "offline",
+    "PYTHONWARNINGS": "ignore",
+    # compiled kernels are cached on disk: later compiles of the same graphs in this run are faster
+    "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+}
+
+
+@dataclass
+class Run:
+    """A finished script run: exit code, output, and the scalars of its TensorBoard run folder."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    cwd: Path
+    _scalars: dict | None = field(default=None, repr=False)
+
+    @property
+    def run_dir(self) -> Path:
+        dirs = sorted((self.cwd / "runs").glob("*"))
+        assert len(dirs) == 1, f"expected one run folder in {self.cwd / 'runs'}, found {dirs}\n{self.stderr[-3000:]}"
+        return dirs[0]
+
+    @property
+    def scalars(self) -> dict[str, list[tuple[int, float]]]:
+        if self._scalars is None:
+            self._scalars = read_scalars(self.run_dir)
+        return self._scalars
+
+    def values(self, tag: str) -> list[float]:
+        return [v for _, v in self.scalars.get(tag, [])]
+
+    def check(self) -> "Run":
+        assert self.returncode == 0, f"exit code {self.returncode}\n{self.stderr[-4000:]}"
+        return self
+
+
+def with_flag(args: list[str], flag: str, value: str) -> list[str]:
+    """`args` with `flag` set to `value` (replaced if present, appended if not)."""
+    args = list(args)
+    if flag in args:
+        args[args.index(flag) + 1] = value
+        return args
+    return args + [flag, value]
+
+
+def script_cmd(script: str, *args: str) -> list[str]:
+    return [sys.executable, str(SCRIPTS / f"{script}.py"), *args]
+
+
+def run_script(script: str, *args: str, cwd: Path, timeout: float = 900) -> Run:
+    cwd.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(script_cmd(script, *args), cwd=cwd, env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
+    return Run(proc.returncode, proc.stdout, proc.stderr, cwd)
+
+
+def interrupt_script(script: str, *args: str, cwd: Path, after_step: int, timeout: float = 300) -> Run:
+    """Start a run, send SIGINT once its progress bar has passed `after_step`, wait for it to exit."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(script_cmd(script, *args), cwd=cwd, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    stderr: list[str] = []
+    reached = threading.Event()
+
+    def read_stderr():
+        for chunk in iter(lambda: proc.stderr.read(256), ""):
+            stderr.append(chunk)
+            steps = [int(m) for m in re.findall(r"(\d+)/\d+ \[", "".join(stderr)[-2000:])]
+            if steps and max(steps) >= after_step:
+                reached.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    while not reached.is_set() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert reached.is_set(), f"the run never reached step {after_step}:\n{''.join(stderr)[-3000:]}"
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=120)
+    reader.join(timeout=10)
+    return Run(proc.returncode, stdout, "".join(stderr), cwd)
+
+
+def load_script(script: str):
+    """Import a script of leanrl/ as a module (its training loop only runs under __main__)."""
+    spec = importlib.util.spec_from_file_location(script, SCRIPTS / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class RunCache:
+    """Runs shared by several tests of a session: each (script, args) runs once."""
+
+    def __init__(self, root: Path):
+        self.root, self.runs = root, {}
+
+    def __call__(self, script: str, *args: str) -> Run:
+        key = (script, *args)
+        if key not in self.runs:
+            self.runs[key] = run_script(script, *args, cwd=self.root / f"run{len(self.runs)}")
+        return self.runs[key]
+
+
+def assert_close_logs(a: Run, b: Run, tags: list[str], rtol: float, atol: float = 1e-6, upto_step: int | None = None):
+    """Every value logged under `tags` (up to `upto_step`) agrees between two runs."""
+    for tag in tags:
+        xs = [(s, v) for s, v in a.scalars[tag] if upto_step is None or s <= upto_step]
+        ys = [(s, v) for s, v in b.scalars[tag] if upto_step is None or s <= upto_step]
+        assert xs, f"{tag}: nothing logged"
+        assert [s for s, _ in xs] == [s for s, _ in ys], f"{tag}: logged at different steps"
+        for (step, x), (_, y) in zip(xs, ys):
+            assert abs(x - y) <= atol + rtol * abs(y), f"{tag} at step {step}: {x} vs {y} (rtol {rtol})"
+
+
+DETERMINISTIC_SKIP = ("charts/SPS", "charts/warmup_time")
+
+
+def assert_identical_logs(a: Run, b: Run):
+    """Two runs logged exactly the same numbers (timings aside)."""
+    tags = sorted(t for t in a.scalars if t not in DETERMINISTIC_SKIP)
+    assert tags == sorted(t for t in b.scalars if t not in DETERMINISTIC_SKIP)
+    for tag in tags:
+        assert a.scalars[tag] == b.scalars[tag], f"{tag} differs between two runs of the same seed"

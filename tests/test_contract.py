@@ -1,0 +1,114 @@
+"""The promises of ../shared/CONTRACT.md that every script keeps, checked on each script.
+
+Pair-specific checks (numerics, learning) live in test_<algorithm>.py.
+"""
+
+import math
+import re
+from dataclasses import dataclass, fields
+
+import pytest
+from helpers import interrupt_script, load_script, run_script, with_flag
+
+
+@dataclass
+class Spec:
+    short: list[str]  # flags of a short CPU run that logs losses, fps and episodes
+    wrong_space: tuple[str, str]  # (env id the script cannot handle, word the message must hold)
+    bad_sizes: list[tuple[str, str]]  # (flag, value) pairs that must be refused
+    interrupt_after: int  # a step by which something has been logged
+
+
+SAC_LIKE = dict(
+    short=["--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-starts", "200"],
+    wrong_space=("CartPole-v1", "continuous"),
+    interrupt_after=700,
+)
+SPECS = {
+    "sac_continuous_action": Spec(
+        **SAC_LIKE, bad_sizes=[("--batch-size", "0"), ("--q-lr", "0"), ("--policy-lr", "-0.001"),
+                               ("--total-timesteps", "100")]),
+    "sac_continuous_action_torchcompile": Spec(
+        **SAC_LIKE, bad_sizes=[("--batch-size", "-1"), ("--q-lr", "0"), ("--buffer-size", "0")]),
+}
+SCRIPTS = sorted(SPECS)
+ONE_LINE_ERROR = re.compile(r"^\S+: error: .+\n?$")
+
+
+def assert_user_error(run, flag: str):
+    assert run.returncode not in (0, 1), f"expected a usage error exit code, got {run.returncode}"
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert ONE_LINE_ERROR.match(last), f"not a one-line error: {run.stderr[-2000:]!r}"
+    assert flag in last, f"the message does not name {flag}: {last}"
+    assert not (run.cwd / "runs").exists(), "a run folder was written before the input was checked"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_lists_every_flag(script, tmp_path):
+    run = run_script(script, "--help", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    module = load_script(script)
+    for f in fields(module.Args):
+        flag = "--" + f.name.replace("_", "-")
+        assert flag in run.stdout, f"{flag} missing from --help"
+    if script.endswith("_torchcompile"):
+        assert "--compile" in run.stdout and "--cudagraphs" in run.stdout
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_unknown_env_id(script, tmp_path):
+    run = run_script(script, "--env-id", "NoSuchEnv-v9", cwd=tmp_path)
+    assert_user_error(run, "--env-id")
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_unsupported_action_space(script, tmp_path):
+    env_id, word = SPECS[script].wrong_space
+    run = run_script(script, "--env-id", env_id, cwd=tmp_path)
+    assert_user_error(run, "--env-id")
+    assert word in run.stderr
+
+
+@pytest.mark.parametrize("script,flag,value", [(s, f, v) for s in SCRIPTS for f, v in SPECS[s].bad_sizes])
+def test_bad_sizes(script, flag, value, tmp_path):
+    run = run_script(script, *SPECS[script].short, flag, value, cwd=tmp_path)
+    assert_user_error(run, flag)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_ctrl_c_keeps_the_logs(script, tmp_path):
+    spec = SPECS[script]
+    args = with_flag(spec.short, "--total-timesteps", "1000000")
+    run = interrupt_script(script, *args, cwd=tmp_path, after_step=spec.interrupt_after)
+    assert run.returncode == 130, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and "interrupted" in run.stderr
+    # the writer was closed: what was logged before the interrupt is readable
+    assert run.values("charts/episodic_return"), sorted(run.scalars)
+    assert any(tag.startswith("losses/") for tag in run.scalars), sorted(run.scalars)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_save_model_loads_back_and_acts(script, tmp_path):
+    run = run_script(script, *SPECS[script].short, "--save-model", "--eval-episodes", "2", cwd=tmp_path).check()
+    models = list(run.run_dir.glob("*.pt"))
+    assert len(models) == 1, list(run.run_dir.iterdir())
+    assert len(run.values("eval/episodic_return")) == 2
+    module = load_script(script)
+    policy, saved_args = module.load_policy(str(models[0]))
+    assert saved_args["env_id"] == SPECS[script].short[1]
+    returns = module.evaluate(str(models[0]), eval_episodes=1)
+    assert len(returns) == 1 and math.isfinite(returns[0])
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_track_offline(script, tmp_path):
+    run = run_script(script, *SPECS[script].short, "--track", cwd=tmp_path).check()
+    assert list((tmp_path / "wandb").glob("offline-run-*")), "no offline wandb run was written"
+
+
+def test_every_script_has_a_spec():
+    from helpers import SCRIPTS as SCRIPT_DIR
+
+    scripts = sorted(p.stem for p in SCRIPT_DIR.glob("*.py") if p.stem != "__init__")
+    assert scripts == SCRIPTS, "add the new script to SPECS"
