@@ -19,17 +19,21 @@ class Spec:
     interrupt_after: int  # a step by which something has been logged
 
 
-SAC_LIKE = dict(
+OFF_POLICY = dict(
     short=["--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-starts", "200"],
     wrong_space=("CartPole-v1", "continuous"),
     interrupt_after=700,
 )
 SPECS = {
     "sac_continuous_action": Spec(
-        **SAC_LIKE, bad_sizes=[("--batch-size", "0"), ("--q-lr", "0"), ("--policy-lr", "-0.001"),
+        **OFF_POLICY, bad_sizes=[("--batch-size", "0"), ("--q-lr", "0"), ("--policy-lr", "-0.001"),
                                ("--total-timesteps", "100")]),
     "sac_continuous_action_torchcompile": Spec(
-        **SAC_LIKE, bad_sizes=[("--batch-size", "-1"), ("--q-lr", "0"), ("--buffer-size", "0")]),
+        **OFF_POLICY, bad_sizes=[("--batch-size", "-1"), ("--q-lr", "0"), ("--buffer-size", "0")]),
+    "td3_continuous_action": Spec(
+        **OFF_POLICY, bad_sizes=[("--batch-size", "0"), ("--learning-rate", "0"), ("--total-timesteps", "100")]),
+    "td3_continuous_action_torchcompile": Spec(
+        **OFF_POLICY, bad_sizes=[("--batch-size", "-5"), ("--learning-rate", "-1e-4"), ("--policy-frequency", "0")]),
 }
 SCRIPTS = sorted(SPECS)
 ONE_LINE_ERROR = re.compile(r"^\S+: error: .+\n?$")

@@ -1,0 +1,369 @@
+"""Twin Delayed DDPG (TD3) for continuous actions: the eager PyTorch reference.
+
+CleanRL's algorithm and defaults: twin Q-networks and a deterministic actor with
+target copies, clipped double-Q targets, target policy smoothing and delayed
+actor and target updates. Read it next to `td3_continuous_action_torchcompile.py`,
+which learns the same thing faster; on the CPU the two draw the same random
+numbers, so their runs can be compared number for number.
+
+    python leanrl/td3_continuous_action.py --env-id HalfCheetah-v4
+"""
+
+import copy
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import tqdm
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when it is available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "leanrl"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the trained model (and evaluate it) in the run's folder"""
+    eval_episodes: int = 10
+    """episodes played by the saved policy after training (with --save-model)"""
+
+    # Algorithm specific arguments
+    env_id: str = "HalfCheetah-v4"
+    """the environment id of the task"""
+    total_timesteps: int = 1000000
+    """total timesteps of the experiments"""
+    learning_rate: float = 3e-4
+    """the learning rate of the optimizer"""
+    buffer_size: int = int(1e6)
+    """the replay memory buffer size"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    tau: float = 0.005
+    """target smoothing coefficient"""
+    batch_size: int = 256
+    """the batch size of sample from the replay memory"""
+    policy_noise: float = 0.2
+    """the scale of policy noise"""
+    exploration_noise: float = 0.1
+    """the scale of exploration noise"""
+    learning_starts: int = 25000
+    """timestep to start learning"""
+    policy_frequency: int = 2
+    """the frequency of training policy (delayed)"""
+    noise_clip: float = 0.5
+    """noise clip parameter of the Target Policy Smoothing Regularization"""
+    measure_after: int = 20
+    """updates left out of the fps window (the warm-up: compilation, CUDA-graph capture)"""
+
+
+def fail(message: str) -> None:
+    """Stop on a user's mistake: one line on stderr, exit code 2, no stack trace."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_args(args: Args) -> None:
+    positive = ["total_timesteps", "buffer_size", "batch_size", "learning_rate", "policy_frequency", "eval_episodes"]
+    for name in positive:
+        if not getattr(args, name) > 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ["learning_starts", "measure_after", "policy_noise", "exploration_noise", "noise_clip"]:
+        if getattr(args, name) < 0:
+            fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if not 0.0 <= args.gamma <= 1.0:
+        fail(f"--gamma must be in [0, 1], got {args.gamma}")
+    if not 0.0 < args.tau <= 1.0:
+        fail(f"--tau must be in (0, 1], got {args.tau}")
+    if args.total_timesteps <= args.learning_starts:
+        fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
+
+
+def make_env(env_id: str, seed: int, capture_video: bool = False, run_name: str = "") -> gym.Env:
+    """One environment with episode statistics; a user's bad id or action space stops here."""
+    if capture_video:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering
+    try:
+        env = gym.make(env_id, render_mode="rgb_array" if capture_video else None)
+    except gym.error.Error as e:
+        fail(f"--env-id {env_id!r}: {e}")
+    if not isinstance(env.action_space, gym.spaces.Box):
+        fail(f"--env-id {env_id!r}: TD3 needs a continuous (Box) action space, got {env.action_space}")
+    if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
+        fail(f"--env-id {env_id!r}: needs a flat Box observation space, got {env.observation_space}")
+    if capture_video:
+        env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    env.action_space.seed(seed)
+    return env
+
+
+# ALGO LOGIC: initialize agent here:
+class QNetwork(nn.Module):
+    def __init__(self, env):
+        super().__init__()
+        obs_dim = np.prod(env.observation_space.shape)
+        act_dim = np.prod(env.action_space.shape)
+        self.fc1 = nn.Linear(obs_dim + act_dim, 256)
+        self.fc2 = nn.Linear(256, 256)
+        self.fc3 = nn.Linear(256, 1)
+
+    def forward(self, x, a):
+        x = torch.cat([x, a], 1)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+class Actor(nn.Module):
+    def __init__(self, env):
+        super().__init__()
+        obs_dim = np.prod(env.observation_space.shape)
+        act_dim = np.prod(env.action_space.shape)
+        self.fc1 = nn.Linear(obs_dim, 256)
+        self.fc2 = nn.Linear(256, 256)
+        self.fc_mu = nn.Linear(256, act_dim)
+        # action rescaling
+        high, low = env.action_space.high, env.action_space.low
+        self.register_buffer("action_scale", torch.tensor((high - low) / 2.0, dtype=torch.float32))
+        self.register_buffer("action_bias", torch.tensor((high + low) / 2.0, dtype=torch.float32))
+
+    def forward(self, x):
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        x = torch.tanh(self.fc_mu(x))
+        return x * self.action_scale + self.action_bias
+
+
+class ReplayBuffer:
+    """A circular buffer of transitions in CPU tensors; batches go to `device` when sampled."""
+
+    def __init__(self, size: int, obs_dim: int, act_dim: int, device: torch.device):
+        self.obs = torch.zeros(size, obs_dim)
+        self.next_obs = torch.zeros(size, obs_dim)
+        self.actions = torch.zeros(size, act_dim)
+        self.rewards = torch.zeros(size)
+        self.dones = torch.zeros(size)
+        self.size, self.pos, self.full, self.device = size, 0, False, device
+
+    def add(self, obs, next_obs, action, reward, done):
+        self.obs[self.pos] = torch.as_tensor(obs)
+        self.next_obs[self.pos] = torch.as_tensor(next_obs)
+        self.actions[self.pos] = torch.as_tensor(action)
+        self.rewards[self.pos] = float(reward)
+        self.dones[self.pos] = float(done)
+        self.pos = (self.pos + 1) % self.size
+        self.full = self.full or self.pos == 0
+
+    def sample(self, batch_size: int):
+        idx = torch.randint(0, self.size if self.full else self.pos, (batch_size,))
+        fields = (self.obs, self.actions, self.next_obs, self.rewards, self.dones)
+        return [f[idx].to(self.device) for f in fields]
+
+
+def load_policy(model_path: str, device: str | torch.device = "cpu"):
+    """Rebuild the actor saved by --save-model; returns (actor, args dict)."""
+    checkpoint = torch.load(model_path, map_location=device, weights_only=True)
+    env = make_env(checkpoint["args"]["env_id"], seed=0)
+    actor = Actor(env).to(device)
+    actor.load_state_dict(checkpoint["actor"])
+    env.close()
+    return actor.eval(), checkpoint["args"]
+
+
+def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: str | torch.device = "cpu"):
+    """Play `eval_episodes` episodes with the saved actor (and its exploration noise); returns their returns."""
+    actor, saved_args = load_policy(model_path, device)
+    env = make_env(saved_args["env_id"], seed)
+    returns = []
+    obs, _ = env.reset(seed=seed)
+    while len(returns) < eval_episodes:
+        with torch.no_grad():
+            action = actor(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])[0]
+            action += torch.normal(0, actor.action_scale * saved_args["exploration_noise"])
+        action = action.cpu().numpy().clip(env.action_space.low, env.action_space.high)
+        obs, _, _, _, info = env.step(action)
+        if "episode" in info:
+            returns.append(float(info["episode"]["r"]))
+            obs, _ = env.reset()
+    env.close()
+    return returns
+
+
+def main(args: Args) -> None:
+    check_args(args)
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    # env setup (first, so that a bad --env-id stops before any heavy work)
+    env = make_env(args.env_id, args.seed, args.capture_video, run_name)
+
+    actor = Actor(env).to(device)
+    qf1 = QNetwork(env).to(device)
+    qf2 = QNetwork(env).to(device)
+    target_actor = copy.deepcopy(actor)  # the targets start as exact copies
+    qf1_target = copy.deepcopy(qf1)
+    qf2_target = copy.deepcopy(qf2)
+    q_optimizer = torch.optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.learning_rate)
+    actor_optimizer = torch.optim.Adam(list(actor.parameters()), lr=args.learning_rate)
+    low, high = env.action_space.low, env.action_space.high
+
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim, device)
+
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_name, save_code=True)
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+
+    # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
+    first_update_step = args.learning_starts + 1
+    measure_step = first_update_step + args.measure_after
+    measure_time = train_start = None
+    episodic_return = float("nan")
+    global_step, actor_loss = 0, None
+    pbar = tqdm.tqdm(total=args.total_timesteps, desc=args.exp_name, unit="step")
+    try:
+        # TRY NOT TO MODIFY: start the game
+        obs, _ = env.reset(seed=args.seed)
+        for global_step in range(args.total_timesteps):
+            # ALGO LOGIC: put action logic here
+            if global_step < args.learning_starts:
+                action = env.action_space.sample()
+            else:
+                with torch.no_grad():
+                    action = actor(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])
+                    action += torch.normal(0, actor.action_scale * args.exploration_noise)
+                action = action[0].cpu().numpy().clip(low, high)
+
+            # TRY NOT TO MODIFY: execute the game and log data.
+            next_obs, reward, terminated, truncated, info = env.step(action)
+
+            # TRY NOT TO MODIFY: record rewards for plotting purposes
+            if "episode" in info:
+                episodic_return = float(info["episode"]["r"])
+                writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                writer.add_scalar("charts/episodic_length", int(info["episode"]["l"]), global_step)
+
+            # the buffer keeps the true next observation; only termination (not time-out) cuts the bootstrap
+            rb.add(obs, next_obs, action, reward, terminated)
+
+            # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
+            obs = next_obs
+            if terminated or truncated:
+                obs, _ = env.reset()
+
+            # ALGO LOGIC: training.
+            if global_step > args.learning_starts:
+                if global_step == first_update_step:
+                    train_start = time.perf_counter()
+                if global_step == measure_step:
+                    measure_time = time.perf_counter()
+                    writer.add_scalar("charts/warmup_time", measure_time - train_start, global_step)
+
+                observations, actions, next_observations, rewards, dones = rb.sample(args.batch_size)
+                with torch.no_grad():
+                    clipped_noise = (torch.randn_like(actions, device=device) * args.policy_noise).clamp(
+                        -args.noise_clip, args.noise_clip
+                    ) * target_actor.action_scale
+
+                    next_state_actions = (target_actor(next_observations) + clipped_noise).clamp(low[0], high[0])
+                    qf1_next_target = qf1_target(next_observations, next_state_actions)
+                    qf2_next_target = qf2_target(next_observations, next_state_actions)
+                    min_qf_next_target = torch.min(qf1_next_target, qf2_next_target)
+                    next_q_value = rewards.flatten() + (1 - dones.flatten()) * args.gamma * (min_qf_next_target).view(-1)
+
+                qf1_a_values = qf1(observations, actions).view(-1)
+                qf2_a_values = qf2(observations, actions).view(-1)
+                qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
+                qf2_loss = F.mse_loss(qf2_a_values, next_q_value)
+                qf_loss = qf1_loss + qf2_loss
+
+                # optimize the model
+                q_optimizer.zero_grad()
+                qf_loss.backward()
+                q_optimizer.step()
+
+                if global_step % args.policy_frequency == 0:
+                    actor_loss = -qf1(observations, actor(observations)).mean()
+                    actor_optimizer.zero_grad()
+                    actor_loss.backward()
+                    actor_optimizer.step()
+
+                    # update the target network
+                    for param, target_param in zip(actor.parameters(), target_actor.parameters()):
+                        target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
+                    for param, target_param in zip(qf1.parameters(), qf1_target.parameters()):
+                        target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
+                    for param, target_param in zip(qf2.parameters(), qf2_target.parameters()):
+                        target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
+
+                if global_step % 100 == 0:
+                    writer.add_scalar("losses/qf1_values", qf1_a_values.mean().item(), global_step)
+                    writer.add_scalar("losses/qf2_values", qf2_a_values.mean().item(), global_step)
+                    writer.add_scalar("losses/qf1_loss", qf1_loss.item(), global_step)
+                    writer.add_scalar("losses/qf2_loss", qf2_loss.item(), global_step)
+                    writer.add_scalar("losses/qf_loss", qf_loss.item() / 2.0, global_step)
+                    if actor_loss is not None:
+                        writer.add_scalar("losses/actor_loss", actor_loss.item(), global_step)
+                    if measure_time is not None and global_step > measure_step:
+                        sps = (global_step - measure_step) / (time.perf_counter() - measure_time)
+                        writer.add_scalar("charts/SPS", sps, global_step)
+                        pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+            pbar.update(1)
+        global_step = args.total_timesteps
+
+        if args.save_model:
+            model_path = f"runs/{run_name}/{args.exp_name}.pt"
+            torch.save({"args": asdict(args), "actor": actor.state_dict(), "qf1": qf1.state_dict(),
+                        "qf2": qf2.state_dict()}, model_path)
+            print(f"model saved to {model_path}")
+            for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
+                writer.add_scalar("eval/episodic_return", episodic_return, idx)
+    except KeyboardInterrupt:
+        pbar.close()
+        print(f"interrupted at step {global_step}; logs kept in runs/{run_name}", file=sys.stderr)
+        sys.exit(130)
+    finally:
+        pbar.close()
+        env.close()
+        writer.close()
+        if args.track:
+            wandb.finish()
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
