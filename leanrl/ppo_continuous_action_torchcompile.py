@@ -1,0 +1,515 @@
+"""Proximal Policy Optimization (PPO) for continuous actions, made fast.
+
+The algorithm, defaults and random-number stream of `ppo_continuous_action.py`;
+only the execution changes. Each optimization carries a comment saying what it
+saves:
+
+- the rollout is a TensorDict preallocated on the training device: one write per
+  step, no host copies but the action handed to the environment;
+- the Gaussian policy is written out (no Distribution object and its checks);
+- GAE runs as a reverse scan over fixed-size chunks: a compiled chunk replaces
+  dozens of small ops per time step, and compiles once whatever the rollout length;
+- the learning rate lives in a tensor annealed in place: no recompilation;
+- `--compile`: `torch.compile` of the acting step, of the GAE chunk and of the
+  minibatch loss with its backward pass and gradient clipping (the fused optimizer
+  step stays eager: one kernel);
+- `--cudagraphs`: the acting step, GAE and the whole minibatch update replayed as
+  CUDA graphs (tensordict's `CudaGraphModule`);
+- no `.item()` in the hot loop: statistics stay on the device until logging.
+
+gymnasium 1.x vector environments reset a finished episode on the *next* step by
+default; this script asks for same-step autoreset, so that the step that ends an
+episode returns the first observation of the next one (`next_done` marks it) and no
+reset step ever enters the rollout as a transition.
+
+    python leanrl/ppo_continuous_action_torchcompile.py --compile --cudagraphs
+"""
+
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tqdm
+import tyro
+from tensordict import TensorDict, from_module
+from tensordict.nn import CudaGraphModule
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when it is available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "leanrl"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the trained model (and evaluate it) in the run's folder"""
+    eval_episodes: int = 10
+    """episodes played by the saved policy after training (with --save-model)"""
+
+    # Algorithm specific arguments
+    env_id: str = "HalfCheetah-v4"
+    """the id of the environment"""
+    total_timesteps: int = 1000000
+    """total timesteps of the experiments"""
+    learning_rate: float = 3e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 1
+    """the number of parallel game environments"""
+    num_steps: int = 2048
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 32
+    """the number of mini-batches"""
+    update_epochs: int = 10
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.0
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: float | None = None
+    """the target KL divergence threshold"""
+    measure_after: int = 1
+    """iterations left out of the fps window (the warm-up: compilation, CUDA-graph capture)"""
+
+    compile: bool = False
+    """whether to use torch.compile"""
+    cudagraphs: bool = False
+    """whether to use CUDA graphs (needs CUDA)"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    minibatch_size: int = 0
+    """the mini-batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+def fail(message: str) -> None:
+    """Stop on a user's mistake: one line on stderr, exit code 2, no stack trace."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_args(args: Args) -> None:
+    positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
+                "eval_episodes"]
+    for name in positive:
+        if not getattr(args, name) > 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ["clip_coef", "max_grad_norm", "measure_after"]:
+        if getattr(args, name) < 0:
+            fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    for name in ["gamma", "gae_lambda"]:
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    args.batch_size = int(args.num_envs * args.num_steps)
+    if args.batch_size % args.num_minibatches != 0:
+        fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch "
+             f"(--num-envs x --num-steps = {args.batch_size})")
+    if args.total_timesteps < args.batch_size:
+        fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch "
+             f"(--num-envs x --num-steps = {args.batch_size})")
+    args.minibatch_size = int(args.batch_size // args.num_minibatches)
+    args.num_iterations = args.total_timesteps // args.batch_size
+
+
+def make_env(env_id, idx, capture_video, run_name, gamma):
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+        else:
+            env = gym.make(env_id)
+        env = gym.wrappers.FlattenObservation(env)  # deal with dm_control's Dict observation space
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = gym.wrappers.ClipAction(env)
+        env = gym.wrappers.NormalizeObservation(env)
+        env = gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10), env.observation_space)
+        env = gym.wrappers.NormalizeReward(env, gamma=gamma)
+        env = gym.wrappers.TransformReward(env, lambda reward: np.clip(reward, -10, 10))
+        return env
+
+    return thunk
+
+
+def make_envs(args: Args, run_name: str, num_envs: int | None = None) -> gym.vector.SyncVectorEnv:
+    """The vector env, with same-step autoreset; a user's bad id or action space stops here."""
+    if args.capture_video:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering
+    try:
+        envs = gym.vector.SyncVectorEnv(
+            [make_env(args.env_id, i, args.capture_video, run_name, args.gamma) for i in range(num_envs or args.num_envs)],
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        )
+    except gym.error.Error as e:
+        fail(f"--env-id {args.env_id!r}: {e}")
+    if not isinstance(envs.single_action_space, gym.spaces.Box):
+        fail(f"--env-id {args.env_id!r}: this PPO needs a continuous (Box) action space, "
+             f"got {envs.single_action_space}")
+    return envs
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs, device=None):
+        super().__init__()
+        obs_dim = np.array(envs.single_observation_space.shape).prod()
+        act_dim = np.prod(envs.single_action_space.shape)
+        self.critic = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64, device=device)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64, device=device)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 1, device=device), std=1.0),
+        )
+        self.actor_mean = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64, device=device)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64, device=device)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, act_dim, device=device), std=0.01),
+        )
+        self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim, device=device))
+
+    def get_value(self, x):
+        return self.critic(x)
+
+    def get_action_and_value(self, x, action=None):
+        # the Normal distribution written out: no Distribution object, whose argument checks cost
+        # Python time (and a host sync on a GPU); same formulas as torch.distributions.Normal
+        action_mean = self.actor_mean(x)
+        action_logstd = self.actor_logstd.expand_as(action_mean)
+        action_std = torch.exp(action_logstd)
+        if action is None:
+            action = action_mean + action_std * torch.randn_like(action_mean)
+        log_std = torch.log(action_std)
+        log_prob = -((action - action_mean) ** 2) / (2 * action_std**2) - log_std - math.log(math.sqrt(2 * math.pi))
+        entropy = 0.5 + 0.5 * math.log(2 * math.pi) + log_std
+        return action, log_prob.sum(1), entropy.sum(1), self.critic(x)
+
+
+def gae_deltas(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
+    """The per-step terms of GAE, all steps at once: A[t] = delta[t] + coef[t] * A[t + 1]."""
+    nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
+    nextvalues = torch.cat([values[1:], next_value])
+    delta = rewards + gamma * nextvalues * nextnonterminal - values
+    return delta, gamma * gae_lambda * nextnonterminal
+
+
+def gae_chunk(delta, coef, lastgaelam):
+    """The reverse scan over one chunk of steps; returns the chunk's advantages and the carry."""
+    advantages = []
+    for t in reversed(range(delta.shape[0])):
+        lastgaelam = delta[t] + coef[t] * lastgaelam
+        advantages.append(lastgaelam)
+    return torch.stack(advantages[::-1]), lastgaelam
+
+
+def chunk_size(num_steps: int, most: int = 64) -> int:
+    """The largest divisor of num_steps up to `most`: every chunk has the same shape (one compilation)."""
+    return max(c for c in range(1, min(most, num_steps) + 1) if num_steps % c == 0)
+
+
+def load_policy(model_path: str, device: str | torch.device = "cpu"):
+    """Rebuild the agent saved by --save-model; returns (agent, args dict, observation normalizer stats)."""
+    checkpoint = torch.load(model_path, map_location=device, weights_only=True)
+    saved = checkpoint["args"]
+    envs = make_envs(Args(**{k: saved[k] for k in ("env_id", "gamma")}), "", num_envs=1)
+    agent = Agent(envs, device=device)
+    agent.load_state_dict(checkpoint["agent"])
+    envs.close()
+    return agent.eval(), saved, checkpoint["obs_rms"]
+
+
+def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: str | torch.device = "cpu"):
+    """Play `eval_episodes` episodes with the saved policy (its mean action, frozen observation
+    normalization); returns their returns."""
+    agent, saved_args, obs_rms = load_policy(model_path, device)
+    envs = make_envs(Args(env_id=saved_args["env_id"], gamma=saved_args["gamma"]), "", num_envs=1)
+    normalizer = envs.envs[0].get_wrapper_attr("obs_rms")  # the training statistics, frozen
+    normalizer.mean, normalizer.var = obs_rms["mean"].double().numpy(), obs_rms["var"].double().numpy()
+    normalizer.count = float(obs_rms["count"])
+    envs.envs[0].set_wrapper_attr("update_running_mean", False)
+    returns = []
+    obs, _ = envs.reset(seed=seed)
+    while len(returns) < eval_episodes:
+        with torch.no_grad():
+            action = agent.actor_mean(torch.as_tensor(obs, device=device, dtype=torch.float32))
+        obs, _, _, _, infos = envs.step(action.cpu().numpy())
+        if "final_info" in infos and "episode" in infos["final_info"]:
+            finished = infos["final_info"]["_episode"]
+            returns += [float(r) for r in infos["final_info"]["episode"]["r"][finished]]
+    envs.close()
+    return returns[:eval_episodes]
+
+
+def main(args: Args) -> None:
+    check_args(args)
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    if args.cudagraphs and device.type != "cuda":
+        print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
+        args.cudagraphs = False
+
+    # env setup (first, so that a bad --env-id stops before any heavy work)
+    envs = make_envs(args, run_name)
+
+    agent = Agent(envs, device=device)
+    # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
+    agent_inference = Agent(envs, device="meta")
+    from_module(agent).data.to_module(agent_inference, preserve_module_state=False)
+    # the learning rate is a tensor annealed in place: compiled code and CUDA graphs read its new value
+    optimizer = optim.Adam(agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
+                           fused=True)  # fused: one kernel per step, its state on the device
+
+    # ALGO Logic: Storage setup, one TensorDict preallocated on the device
+    rollout = TensorDict(
+        obs=torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape),
+        actions=torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape),
+        logprobs=torch.zeros((args.num_steps, args.num_envs)),
+        rewards=torch.zeros((args.num_steps, args.num_envs)),
+        dones=torch.zeros((args.num_steps, args.num_envs)),
+        values=torch.zeros((args.num_steps, args.num_envs)),
+        batch_size=[args.num_steps, args.num_envs],
+        device=device,
+    )
+
+    def policy(obs):
+        action, logprob, _, value = agent_inference.get_action_and_value(obs)
+        return action, logprob, value.flatten()
+
+    chunk = chunk_size(args.num_steps)
+
+    def gae(rewards, values, dones, next_obs, next_done):
+        next_value = agent_inference.get_value(next_obs).reshape(1, -1)
+        delta, coef = gae_deltas(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+        advantages, lastgaelam = torch.empty_like(delta), torch.zeros_like(delta[0])
+        for end in range(args.num_steps, 0, -chunk):  # from the last chunk back to the first
+            advantages[end - chunk:end], lastgaelam = gae_chunk_fn(delta[end - chunk:end], coef[end - chunk:end], lastgaelam)
+        return advantages, advantages + values
+
+    def loss_and_grads(mb):
+        _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
+        logratio = newlogprob - mb["logprobs"]
+        ratio = logratio.exp()
+
+        with torch.no_grad():
+            # calculate approx_kl http://joschu.net/blog/kl-approx.html
+            old_approx_kl = (-logratio).mean()
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+        mb_advantages = mb["advantages"]
+        if args.norm_adv:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+        # Policy loss
+        pg_loss1 = -mb_advantages * ratio
+        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+        # Value loss
+        newvalue = newvalue.view(-1)
+        if args.clip_vloss:
+            v_loss_unclipped = (newvalue - mb["returns"]) ** 2
+            v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -args.clip_coef, args.clip_coef)
+            v_loss_clipped = (v_clipped - mb["returns"]) ** 2
+            v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
+            v_loss = 0.5 * v_loss_max.mean()
+        else:
+            v_loss = 0.5 * ((newvalue - mb["returns"]) ** 2).mean()
+
+        entropy_loss = entropy.mean()
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+        loss.backward()
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        return TensorDict(value_loss=v_loss.detach(), policy_loss=pg_loss.detach(), entropy=entropy_loss.detach(),
+                          old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
+
+    def update(mb):
+        optimizer.zero_grad()
+        out = loss_and_grads(mb)  # forward, backward, gradient clipping
+        optimizer.step()
+        return out
+
+    gae_chunk_fn = gae_chunk
+    if args.compile:
+        # Compiled code draws eager's random numbers, so that --compile reproduces a run without it.
+        torch._inductor.config.fallback_random = True
+        # trace loss.backward() into the compiled graph: forward and backward become one graph
+        torch._dynamo.config.trace_autograd_ops = True
+        policy = torch.compile(policy)
+        gae_chunk_fn = torch.compile(gae_chunk)  # a chunk unrolls into one fused kernel
+        # the optimizer step stays eager: one fused kernel, that compiled would add graph breaks
+        loss_and_grads = torch.compile(loss_and_grads)
+
+    if args.cudagraphs:
+        policy = CudaGraphModule(policy)
+        gae = CudaGraphModule(gae)
+        # the whole minibatch update (zero_grad, forward, backward, clipping, step) as one graph replay
+        update = CudaGraphModule(update, in_keys=[], out_keys=[])
+
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_name, save_code=True)
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+
+    # TRY NOT TO MODIFY: start the game
+    global_step = 0
+    # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
+    start_time = time.perf_counter()
+    measure_time, measure_step = None, 0
+    episodic_return = float("nan")
+    pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step")
+    try:
+        next_obs, _ = envs.reset(seed=args.seed)
+        next_obs = torch.as_tensor(next_obs, device=device, dtype=torch.float32)
+        next_done = torch.zeros(args.num_envs, device=device)
+
+        for iteration in range(1, args.num_iterations + 1):
+            if iteration == args.measure_after + 1:
+                measure_time, measure_step = time.perf_counter(), global_step
+                writer.add_scalar("charts/warmup_time", measure_time - start_time, global_step)
+            # Annealing the rate if instructed to do so.
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # in place: no recompilation
+
+            for step in range(0, args.num_steps):
+                global_step += args.num_envs
+
+                # ALGO LOGIC: action logic
+                action, logprob, value = policy(next_obs)
+                for key, value in (("obs", next_obs), ("dones", next_done), ("actions", action),
+                                   ("logprobs", logprob), ("values", value)):
+                    rollout[key][step] = value  # in place, on the device
+
+                # TRY NOT TO MODIFY: execute the game and log data.
+                next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+                rollout["rewards"][step] = torch.as_tensor(reward, device=device)
+                next_done = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
+                next_obs = torch.as_tensor(next_obs, device=device, dtype=torch.float32)
+
+                # same-step autoreset: a finished episode's statistics come in final_info, once
+                if "final_info" in infos and "episode" in infos["final_info"]:
+                    stats = infos["final_info"]["episode"]
+                    for i in np.flatnonzero(infos["final_info"]["_episode"]):
+                        episodic_return = float(stats["r"][i])
+                        writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                        writer.add_scalar("charts/episodic_length", int(stats["l"][i]), global_step)
+                pbar.update(args.num_envs)
+
+            # bootstrap value if not done
+            rollout["advantages"], rollout["returns"] = gae(
+                rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done
+            )
+
+            # flatten the batch
+            batch = rollout.reshape(-1)
+
+            # Optimizing the policy and value network
+            stats = []
+            for epoch in range(args.update_epochs):
+                b_inds = torch.randperm(args.batch_size, device=device)
+                for start in range(0, args.batch_size, args.minibatch_size):
+                    end = start + args.minibatch_size
+                    stats.append(update(batch[b_inds[start:end]]))
+
+                if args.target_kl is not None and stats[-1]["approx_kl"] > args.target_kl:  # a host sync, opt-in
+                    break
+
+            # the only reads of device values, once per iteration
+            last = stats[-1]
+            y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+            # TRY NOT TO MODIFY: record rewards for plotting purposes
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
+            writer.add_scalar("losses/value_loss", last["value_loss"].item(), global_step)
+            writer.add_scalar("losses/policy_loss", last["policy_loss"].item(), global_step)
+            writer.add_scalar("losses/entropy", last["entropy"].item(), global_step)
+            writer.add_scalar("losses/old_approx_kl", last["old_approx_kl"].item(), global_step)
+            writer.add_scalar("losses/approx_kl", last["approx_kl"].item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack([s["clipfrac"] for s in stats]).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            if measure_time is not None:
+                sps = (global_step - measure_step) / (time.perf_counter() - measure_time)
+                writer.add_scalar("charts/SPS", sps, global_step)
+                pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+
+        if args.save_model:
+            model_path = f"runs/{run_name}/{args.exp_name}.pt"
+            # the observation normalizer's statistics belong to the policy: save them beside it
+            rms = envs.envs[0].get_wrapper_attr("obs_rms")
+            obs_rms = {"mean": torch.as_tensor(rms.mean), "var": torch.as_tensor(rms.var), "count": float(rms.count)}
+            torch.save({"args": asdict(args), "agent": agent.state_dict(), "obs_rms": obs_rms}, model_path)
+            print(f"model saved to {model_path}")
+            for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
+                writer.add_scalar("eval/episodic_return", episodic_return, idx)
+    except KeyboardInterrupt:
+        pbar.close()
+        print(f"interrupted at step {global_step}; logs kept in runs/{run_name}", file=sys.stderr)
+        sys.exit(130)
+    finally:
+        pbar.close()
+        envs.close()
+        writer.close()
+        if args.track:
+            wandb.finish()
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
