@@ -155,6 +155,8 @@ def make_env(env_id, idx, capture_video, run_name, gamma):
             env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
         else:
             env = gym.make(env_id)
+        if not isinstance(env.action_space, gym.spaces.Box):
+            fail(f"--env-id {env_id!r}: this PPO needs a continuous (Box) action space, got {env.action_space}")
         env = gym.wrappers.FlattenObservation(env)  # deal with dm_control's Dict observation space
         env = gym.wrappers.RecordEpisodeStatistics(env)
         env = gym.wrappers.ClipAction(env)
@@ -178,9 +180,6 @@ def make_envs(args: Args, run_name: str, num_envs: int | None = None) -> gym.vec
         )
     except gym.error.Error as e:
         fail(f"--env-id {args.env_id!r}: {e}")
-    if not isinstance(envs.single_action_space, gym.spaces.Box):
-        fail(f"--env-id {args.env_id!r}: this PPO needs a continuous (Box) action space, "
-             f"got {envs.single_action_space}")
     return envs
 
 

@@ -98,9 +98,9 @@ def interrupt_script(script: str, *args: str, cwd: Path, after_step: int, timeou
         time.sleep(0.2)
     assert reached.is_set(), f"the run never reached step {after_step}:\n{''.join(stderr)[-3000:]}"
     proc.send_signal(signal.SIGINT)
-    stdout, _ = proc.communicate(timeout=120)
-    reader.join(timeout=10)
-    return Run(proc.returncode, stdout, "".join(stderr), cwd)
+    proc.wait(timeout=120)
+    reader.join(timeout=30)  # stderr is read to its end by the reader thread alone
+    return Run(proc.returncode, proc.stdout.read(), "".join(stderr), cwd)
 
 
 def load_script(script: str):

@@ -24,6 +24,12 @@ OFF_POLICY = dict(
     wrong_space=("CartPole-v1", "continuous"),
     interrupt_after=700,
 )
+PPO = dict(
+    short=["--env-id", "Pendulum-v1", "--total-timesteps", "1024", "--num-steps", "256", "--num-minibatches", "4",
+           "--update-epochs", "2"],
+    wrong_space=("CartPole-v1", "continuous"),
+    interrupt_after=600,
+)
 SPECS = {
     "sac_continuous_action": Spec(
         **OFF_POLICY, bad_sizes=[("--batch-size", "0"), ("--q-lr", "0"), ("--policy-lr", "-0.001"),
@@ -34,6 +40,10 @@ SPECS = {
         **OFF_POLICY, bad_sizes=[("--batch-size", "0"), ("--learning-rate", "0"), ("--total-timesteps", "100")]),
     "td3_continuous_action_torchcompile": Spec(
         **OFF_POLICY, bad_sizes=[("--batch-size", "-5"), ("--learning-rate", "-1e-4"), ("--policy-frequency", "0")]),
+    "ppo_continuous_action": Spec(
+        **PPO, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "100"), ("--learning-rate", "0")]),
+    "ppo_continuous_action_torchcompile": Spec(
+        **PPO, bad_sizes=[("--num-minibatches", "5"), ("--total-timesteps", "255"), ("--num-envs", "0")]),
 }
 SCRIPTS = sorted(SPECS)
 ONE_LINE_ERROR = re.compile(r"^\S+: error: .+\n?$")
@@ -99,7 +109,7 @@ def test_save_model_loads_back_and_acts(script, tmp_path):
     assert len(models) == 1, list(run.run_dir.iterdir())
     assert len(run.values("eval/episodic_return")) == 2
     module = load_script(script)
-    policy, saved_args = module.load_policy(str(models[0]))
+    policy, saved_args = module.load_policy(str(models[0]))[:2]
     assert saved_args["env_id"] == SPECS[script].short[1]
     returns = module.evaluate(str(models[0]), eval_episodes=1)
     assert len(returns) == 1 and math.isfinite(returns[0])
