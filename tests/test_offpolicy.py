@@ -73,7 +73,7 @@ def test_same_seed_same_numbers(script, cached_run, tmp_path):
 # scores above -400, so a mean above -400 over the last 5 episodes means the agent learned the task.
 LEARN = {
     "sac": ("--env-id", "Pendulum-v1", "--total-timesteps", "5000", "--learning-starts", "1000"),
-    "td3": ("--env-id", "Pendulum-v1", "--total-timesteps", "5000", "--learning-starts", "1000"),
+    "td3": ("--env-id", "Pendulum-v1", "--total-timesteps", "10000", "--learning-starts", "1000"),  # slower to learn
 }
 THRESHOLD = -400
 

@@ -1,0 +1,449 @@
+"""Proximal Policy Optimization (PPO) on Atari through envpool: the eager PyTorch reference.
+
+CleanRL's algorithm and defaults: the Nature-CNN agent on envpool's preprocessed
+frames (84x84 grey, frame stack 4, episodic life, clipped rewards), GAE, clipped
+surrogate and value losses, advantage normalization, learning-rate annealing and
+gradient clipping. Read it next to `ppo_atari_envpool_torchcompile.py`, which learns
+the same thing faster; on the CPU the two draw the same random numbers, so their
+runs can be compared number for number.
+
+Two things CleanRL's script gets wrong are right here:
+- envpool resets an environment on the step *after* it reports done (a lost life
+  or a finished game): that step ignores the action and returns reward 0. It is
+  not a transition, so it is masked out of the losses (`valid` below).
+- Episode statistics are the real game's: returns summed from the unclipped
+  rewards over all lives, logged once, when the last life is lost (or the game is
+  truncated), with the game's length in agent steps.
+
+    python leanrl/ppo_atari_envpool.py --env-id Breakout-v5
+"""
+
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import envpool
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tqdm
+import tyro
+from torch.distributions.categorical import Categorical
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when it is available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "leanrl"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the trained model (and evaluate it) in the run's folder"""
+    eval_episodes: int = 10
+    """episodes played by the saved policy after training (with --save-model)"""
+
+    # Algorithm specific arguments
+    env_id: str = "Breakout-v5"
+    """the id of the environment"""
+    total_timesteps: int = 10000000
+    """total timesteps of the experiments"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 8
+    """the number of parallel game environments"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 4
+    """the number of mini-batches"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization"""
+    clip_coef: float = 0.1
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: float | None = None
+    """the target KL divergence threshold"""
+    measure_after: int = 1
+    """iterations left out of the fps window (the warm-up: compilation, CUDA-graph capture)"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    minibatch_size: int = 0
+    """the mini-batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+def fail(message: str) -> None:
+    """Stop on a user's mistake: one line on stderr, exit code 2, no stack trace."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_args(args: Args) -> None:
+    positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
+                "eval_episodes"]
+    for name in positive:
+        if not getattr(args, name) > 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ["clip_coef", "max_grad_norm", "measure_after"]:
+        if getattr(args, name) < 0:
+            fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    for name in ["gamma", "gae_lambda"]:
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    args.batch_size = int(args.num_envs * args.num_steps)
+    if args.batch_size % args.num_minibatches != 0:
+        fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch "
+             f"(--num-envs x --num-steps = {args.batch_size})")
+    if args.total_timesteps < args.batch_size:
+        fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch "
+             f"(--num-envs x --num-steps = {args.batch_size})")
+    args.minibatch_size = int(args.batch_size // args.num_minibatches)
+    args.num_iterations = args.total_timesteps // args.batch_size
+
+
+def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):
+    """envpool's Atari vector env; a user's bad id stops here."""
+    if args.env_id not in envpool.list_all_envs():
+        fail(f"--env-id {args.env_id!r}: envpool has no such environment (Atari ids look like Breakout-v5)")
+    if type(envpool.make_spec(args.env_id)).__name__ != "AtariEnvSpec":
+        fail(f"--env-id {args.env_id!r}: not an Atari game (this script is for envpool's Atari ids, e.g. Breakout-v5)")
+    envs = envpool.make(
+        args.env_id,
+        env_type="gymnasium",
+        num_envs=num_envs or args.num_envs,
+        episodic_life=True,
+        reward_clip=True,
+        seed=args.seed if seed is None else seed,
+    )
+    return envs
+
+
+class EpisodeStats:
+    """Whole-game statistics from envpool's info: the unclipped rewards summed over all lives,
+    reported once per game, when its last life is lost or it is truncated."""
+
+    def __init__(self, num_envs: int):
+        self.returns = np.zeros(num_envs)
+
+    def update(self, info: dict, terminated: np.ndarray, truncated: np.ndarray) -> list[tuple[int, float, int]]:
+        """Add one step; returns (env index, game return, game length in agent steps) of each finished game."""
+        self.returns += info["reward"]  # unclipped (the env's reward is clipped for training)
+        game_over = (terminated & (info["lives"] == 0)) | truncated
+        finished = [(int(i), float(self.returns[i]), int(info["elapsed_step"][i])) for i in np.flatnonzero(game_over)]
+        self.returns[game_over] = 0.0
+        return finished
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+        )
+        self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1)
+
+    def get_value(self, x):
+        return self.critic(self.network(x / 255.0))
+
+    def get_action_and_value(self, x, action=None):
+        hidden = self.network(x / 255.0)
+        logits = self.actor(hidden)
+        probs = Categorical(logits=logits)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+
+
+def masked_mean(x, mask, count):
+    return (x * mask).sum() / count
+
+
+def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+    """Generalized advantage estimates of a rollout (CleanRL's loop); `dones[t]` marks obs t as an episode's first."""
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = 0
+    num_steps = rewards.shape[0]
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    return advantages
+
+
+def load_policy(model_path: str, device: str | torch.device = "cpu"):
+    """Rebuild the agent saved by --save-model; returns (agent, args dict)."""
+    checkpoint = torch.load(model_path, map_location=device, weights_only=True)
+    envs = make_envs(Args(env_id=checkpoint["args"]["env_id"]), num_envs=1)
+    agent = Agent(envs).to(device)
+    agent.load_state_dict(checkpoint["agent"])
+    envs.close()
+    return agent.eval(), checkpoint["args"]
+
+
+def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: str | torch.device = "cpu"):
+    """Play `eval_episodes` whole games with the saved policy (actions sampled, as in training);
+    returns their unclipped returns."""
+    agent, saved_args = load_policy(model_path, device)
+    envs = make_envs(Args(env_id=saved_args["env_id"]), num_envs=1, seed=seed)
+    stats, returns = EpisodeStats(1), []
+    obs, _ = envs.reset()
+    while len(returns) < eval_episodes:
+        with torch.no_grad():
+            action, _, _, _ = agent.get_action_and_value(torch.as_tensor(obs, device=device))
+        obs, _, terminated, truncated, info = envs.step(action.cpu().numpy())
+        returns += [r for _, r, _ in stats.update(info, terminated, truncated)]
+    envs.close()
+    return returns
+
+
+def main(args: Args) -> None:
+    check_args(args)
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    # env setup (first, so that a bad --env-id stops before any heavy work)
+    envs = make_envs(args)
+    if args.capture_video:
+        print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
+
+    agent = Agent(envs).to(device)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    episode_stats = EpisodeStats(args.num_envs)
+
+    # ALGO Logic: Storage setup
+    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=torch.uint8).to(device)
+    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape).to(device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    values = torch.zeros((args.num_steps, args.num_envs)).to(device)
+
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_name, save_code=True)
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+
+    # TRY NOT TO MODIFY: start the game
+    global_step = 0
+    # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
+    start_time = time.perf_counter()
+    measure_time, measure_step = None, 0
+    episodic_return = float("nan")
+    pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step")
+    try:
+        next_obs, _ = envs.reset()
+        next_obs = torch.as_tensor(next_obs).to(device)
+        next_done = torch.zeros(args.num_envs).to(device)
+
+        for iteration in range(1, args.num_iterations + 1):
+            if iteration == args.measure_after + 1:
+                measure_time, measure_step = time.perf_counter(), global_step
+                writer.add_scalar("charts/warmup_time", measure_time - start_time, global_step)
+            # Annealing the rate if instructed to do so.
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                lrnow = frac * args.learning_rate
+                optimizer.param_groups[0]["lr"] = lrnow
+
+            for step in range(0, args.num_steps):
+                global_step += args.num_envs
+                obs[step] = next_obs
+                dones[step] = next_done
+
+                # ALGO LOGIC: action logic
+                with torch.no_grad():
+                    action, logprob, _, value = agent.get_action_and_value(next_obs)
+                    values[step] = value.flatten()
+                actions[step] = action
+                logprobs[step] = logprob
+
+                # TRY NOT TO MODIFY: execute the game and log data.
+                next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+                next_done = np.logical_or(terminations, truncations)
+                rewards[step] = torch.tensor(reward).to(device).view(-1)
+                next_obs, next_done = torch.as_tensor(next_obs).to(device), torch.Tensor(next_done).to(device)
+
+                for _, episodic_return, episodic_length in episode_stats.update(infos, terminations, truncations):
+                    writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                    writer.add_scalar("charts/episodic_length", episodic_length, global_step)
+                pbar.update(args.num_envs)
+
+            # bootstrap value if not done
+            with torch.no_grad():
+                next_value = agent.get_value(next_obs).reshape(1, -1)
+                advantages = compute_gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+                returns = advantages + values
+
+            # flatten the batch
+            b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
+            # envpool resets an env on the step after it was done (dones[t]): that step ignored the
+            # action and is no transition, so it is left out of the losses
+            b_valid = 1.0 - dones.reshape(-1)
+            b_logprobs = logprobs.reshape(-1)
+            b_actions = actions.reshape((-1,) + envs.single_action_space.shape)
+            b_advantages = advantages.reshape(-1)
+            b_returns = returns.reshape(-1)
+            b_values = values.reshape(-1)
+
+            # Optimizing the policy and value network
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                # a torch permutation (CleanRL shuffles with numpy): the same stream as the optimized script
+                b_inds = torch.randperm(args.batch_size, device=device)
+                for start in range(0, args.batch_size, args.minibatch_size):
+                    end = start + args.minibatch_size
+                    mb_inds = b_inds[start:end]
+
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions.long()[mb_inds])
+                    logratio = newlogprob - b_logprobs[mb_inds]
+                    ratio = logratio.exp()
+                    mb_valid = b_valid[mb_inds]
+                    n_valid = mb_valid.sum().clamp(min=1.0)
+
+                    with torch.no_grad():
+                        # calculate approx_kl http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = masked_mean(-logratio, mb_valid, n_valid)
+                        approx_kl = masked_mean((ratio - 1) - logratio, mb_valid, n_valid)
+                        clipfracs += [masked_mean(((ratio - 1.0).abs() > args.clip_coef).float(), mb_valid, n_valid).item()]
+
+                    mb_advantages = b_advantages[mb_inds]
+                    if args.norm_adv:
+                        mean = masked_mean(mb_advantages, mb_valid, n_valid)
+                        std = (((mb_advantages - mean) ** 2 * mb_valid).sum() / (n_valid - 1).clamp(min=1.0)).sqrt()
+                        mb_advantages = (mb_advantages - mean) / (std + 1e-8)
+
+                    # Policy loss
+                    pg_loss1 = -mb_advantages * ratio
+                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                    pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), mb_valid, n_valid)
+
+                    # Value loss
+                    newvalue = newvalue.view(-1)
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                        v_clipped = b_values[mb_inds] + torch.clamp(
+                            newvalue - b_values[mb_inds],
+                            -args.clip_coef,
+                            args.clip_coef,
+                        )
+                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                        v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
+                        v_loss = 0.5 * masked_mean(v_loss_max, mb_valid, n_valid)
+                    else:
+                        v_loss = 0.5 * masked_mean((newvalue - b_returns[mb_inds]) ** 2, mb_valid, n_valid)
+
+                    entropy_loss = masked_mean(entropy, mb_valid, n_valid)
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                    optimizer.step()
+
+                if args.target_kl is not None and approx_kl > args.target_kl:
+                    break
+
+            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+            # TRY NOT TO MODIFY: record rewards for plotting purposes
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+            writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            if measure_time is not None:
+                sps = (global_step - measure_step) / (time.perf_counter() - measure_time)
+                writer.add_scalar("charts/SPS", sps, global_step)
+                pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+
+        if args.save_model:
+            model_path = f"runs/{run_name}/{args.exp_name}.pt"
+            torch.save({"args": asdict(args), "agent": agent.state_dict()}, model_path)
+            print(f"model saved to {model_path}")
+            for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
+                writer.add_scalar("eval/episodic_return", episodic_return, idx)
+    except KeyboardInterrupt:
+        pbar.close()
+        print(f"interrupted at step {global_step}; logs kept in runs/{run_name}", file=sys.stderr)
+        sys.exit(130)
+    finally:
+        pbar.close()
+        envs.close()
+        writer.close()
+        if args.track:
+            wandb.finish()
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
