@@ -207,11 +207,17 @@ class Agent(nn.Module):
         self.actor = layer_init(nn.Linear(512, envs.single_action_space.n, device=device), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1, device=device), std=1)
 
+    @staticmethod
+    def frames(x):
+        # uint8 frames become floats here, on the device, in the channels-last layout that oneDNN's
+        # CPU convolutions run fastest (measured: 153 vs 174 ms per 256-frame forward and backward)
+        return x.contiguous(memory_format=torch.channels_last) / 255.0
+
     def get_value(self, x):
-        return self.critic(self.network(x / 255.0))
+        return self.critic(self.network(self.frames(x)))
 
     def get_action_and_value(self, x, action=None):
-        hidden = self.network(x / 255.0)  # uint8 frames become floats here, on the device
+        hidden = self.network(self.frames(x))
         # the categorical distribution written out: no Distribution object, whose argument checks
         # cost Python time (and a host sync on a GPU); same formulas as torch.distributions.Categorical
         logits = self.actor(hidden)
@@ -295,7 +301,7 @@ def main(args: Args) -> None:
     if args.capture_video:
         print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
 
-    agent = Agent(envs, device=device)
+    agent = Agent(envs, device=device).to(memory_format=torch.channels_last)  # see Agent.frames
     # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
     agent_inference = Agent(envs, device="meta")
     from_module(agent).data.to_module(agent_inference, preserve_module_state=False)

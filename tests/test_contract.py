@@ -30,6 +30,12 @@ PPO = dict(
     wrong_space=("CartPole-v1", "continuous"),
     interrupt_after=600,
 )
+ATARI = dict(
+    short=["--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "256",
+           "--num-minibatches", "2", "--update-epochs", "1"],
+    wrong_space=("CartPole-v1", "Atari"),
+    interrupt_after=800,
+)
 SPECS = {
     "sac_continuous_action": Spec(
         **OFF_POLICY, bad_sizes=[("--batch-size", "0"), ("--q-lr", "0"), ("--policy-lr", "-0.001"),
@@ -44,6 +50,10 @@ SPECS = {
         **PPO, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "100"), ("--learning-rate", "0")]),
     "ppo_continuous_action_torchcompile": Spec(
         **PPO, bad_sizes=[("--num-minibatches", "5"), ("--total-timesteps", "255"), ("--num-envs", "0")]),
+    "ppo_atari_envpool": Spec(
+        **ATARI, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "63"), ("--learning-rate", "0")]),
+    "ppo_atari_envpool_torchcompile": Spec(
+        **ATARI, bad_sizes=[("--num-minibatches", "7"), ("--num-steps", "0"), ("--update-epochs", "0")]),
 }
 SCRIPTS = sorted(SPECS)
 ONE_LINE_ERROR = re.compile(r"^\S+: error: .+\n?$")
