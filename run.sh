@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The full eager-vs-optimized comparison: every script pair of leanrl/, the eager script once per
+# seed and the optimized one in each mode per seed, one run at a time, then the report.
+set -uo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python}
+PAIRS=(sac td3 ppo_continuous ppo_atari)
+declare -A EAGER=([sac]=sac_continuous_action [td3]=td3_continuous_action
+                  [ppo_continuous]=ppo_continuous_action [ppo_atari]=ppo_atari_envpool)
+# --quick: a few thousand steps, small env counts; enough for every mode to log its fps
+declare -A QUICK=(
+  [sac]="--total-timesteps 1500 --learning-starts 1000"
+  [td3]="--total-timesteps 1500 --learning-starts 1000"
+  [ppo_continuous]="--total-timesteps 2048 --num-steps 512"
+  [ppo_atari]="--total-timesteps 512 --num-envs 4 --num-steps 32"
+)
+MODES=(eager none compile cudagraphs compile+cudagraphs)
+
+usage() {
+  cat <<EOF
+usage: bash run.sh [options]
+
+Runs every selected script pair: the eager script once per seed, the optimized one in each mode
+(no flag, --compile, --cudagraphs, both) per seed, one run at a time, then writes the report
+(report.md and PNG plots) into the output folder. Without CUDA the --cudagraphs modes are skipped.
+A rerun skips the runs already complete; a failed run is reported and the others go on.
+
+options:
+  --scripts LIST   pairs to run, comma- or space-separated (default: all): ${PAIRS[*]}
+                   (a script name such as sac_continuous_action_torchcompile selects its pair)
+  --seeds LIST     seeds, comma- or space-separated (default: 21 31 41)
+  --steps N        --total-timesteps of every run (default: each script's own default)
+  --out DIR        output folder (default: results)
+  --quick          a few thousand steps per run, small env counts: checks the whole pipeline
+  --redo           run again the runs already complete
+  -h, --help       this help
+EOF
+}
+
+die() { echo "run.sh: error: $*" >&2; exit 2; }
+
+scripts=("${PAIRS[@]}") seeds=(21 31 41) steps="" out=results quick=0 redo=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --scripts) [ $# -ge 2 ] || die "--scripts needs a value"; IFS=', ' read -r -a scripts <<< "$2"; shift 2 ;;
+    --seeds) [ $# -ge 2 ] || die "--seeds needs a value"; IFS=', ' read -r -a seeds <<< "$2"; shift 2 ;;
+    --steps) [ $# -ge 2 ] || die "--steps needs a value"; steps=$2; shift 2 ;;
+    --out) [ $# -ge 2 ] || die "--out needs a value"; out=$2; shift 2 ;;
+    --quick) quick=1; shift ;;
+    --redo) redo=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) die "unknown option '$1' (see bash run.sh --help)" ;;
+  esac
+done
+
+pairs=()
+for s in "${scripts[@]}"; do
+  [ -n "$s" ] || continue
+  s=${s%.py}; s=${s#leanrl/}; s=${s%_torchcompile}
+  for p in "${PAIRS[@]}"; do [ "${EAGER[$p]}" = "$s" ] && s=$p; done
+  [ -n "${EAGER[$s]+x}" ] || die "unknown script '$s'; choose among: ${PAIRS[*]}"
+  pairs+=("$s")
+done
+[ ${#pairs[@]} -gt 0 ] || die "--scripts selects nothing"
+[ ${#seeds[@]} -gt 0 ] || die "--seeds selects nothing"
+for seed in "${seeds[@]}"; do [[ "$seed" =~ ^[0-9]+$ ]] || die "--seeds: '$seed' is not a non-negative integer"; done
+[ -z "$steps" ] || [[ "$steps" =~ ^[1-9][0-9]*$ ]] || die "--steps: '$steps' is not a positive integer"
+
+cuda=$("$PYTHON" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null) \
+  || die "cannot import torch with '$PYTHON' (install the requirements first, see README)"
+mkdir -p "$out/logs" || die "cannot create '$out'"
+out=$(cd "$out" && pwd)
+"$PYTHON" -c "import json, sys; sys.path.insert(0, '.'); from benchmarks.report import describe_machine; \
+json.dump(describe_machine(), open('$out/hardware.json', 'w'), indent=1)"
+
+failed=0 done_runs=0 skipped=0
+for pair in "${pairs[@]}"; do
+  for mode in "${MODES[@]}"; do
+    if [[ $mode == *cudagraphs* && $cuda != 1 ]]; then
+      echo "== ${EAGER[$pair]} $mode: skipped (no CUDA device)"
+      continue
+    fi
+    script=${EAGER[$pair]} flags=()
+    [ "$mode" = eager ] || script+=_torchcompile
+    [[ $mode == *compile* && $mode != cudagraphs ]] && flags+=(--compile)
+    [[ $mode == *cudagraphs* ]] && flags+=(--cudagraphs)
+    quick_str=${QUICK[$pair]}
+    [ -n "$steps" ] && quick_str=$(sed -E 's/--total-timesteps [0-9]+ ?//' <<< "$quick_str")  # --steps wins
+    [ $quick = 1 ] && read -r -a quick_args <<< "$quick_str" && flags+=("${quick_args[@]}")
+    [ -n "$steps" ] && flags+=(--total-timesteps "$steps")
+    for seed in "${seeds[@]}"; do
+      dir="$out/runs/$script/$mode/seed$seed"
+      log="$out/logs/${script}__${mode}__seed$seed.log"
+      if [ -f "$dir/done" ] && [ $redo = 0 ]; then
+        skipped=$((skipped + 1))
+        continue
+      fi
+      rm -rf "$dir" "$dir.failed" && mkdir -p "$dir"
+      echo "== $script ${flags[*]} --seed $seed"
+      start=$(date +%s)
+      if (cd "$dir" && "$PYTHON" "$OLDPWD/leanrl/$script.py" --seed "$seed" "${flags[@]}") > "$log" 2>&1; then
+        touch "$dir/done"
+        done_runs=$((done_runs + 1))
+        echo "   done in $(( $(date +%s) - start )) s"
+      else
+        code=$?
+        printf '%s (mode %s, seed %s) failed with exit code %s; log: %s\n' "$script" "$mode" "$seed" "$code" \
+          "$log" > "$dir.failed"
+        failed=$((failed + 1))
+        echo "   FAILED (exit code $code), see $log; going on" >&2
+        [ $code = 130 ] && { echo "run.sh: interrupted" >&2; exit 130; }
+      fi
+    done
+  done
+done
+
+echo "== $done_runs runs done, $skipped already complete, $failed failed"
+"$PYTHON" benchmarks/report.py "$out" || exit 1
+[ $failed = 0 ]

@@ -1,0 +1,112 @@
+"""run.sh and the report builder (benchmarks/report.py)."""
+
+import subprocess
+
+import pytest
+from helpers import ENV, REPO
+from torch.utils.tensorboard import SummaryWriter
+
+from benchmarks import report
+
+
+def fake_run(root, exp_name, seed, sps=(), returns=(), warmup=None, compile=False, cudagraphs=False):
+    """A run folder as the scripts write it: the hyperparameter table, then scalars."""
+    writer = SummaryWriter(str(root / "runs" / f"HalfCheetah-v4__{exp_name}__{seed}__{compile:d}{cudagraphs:d}"))
+    params = {"exp_name": exp_name, "seed": seed, "env_id": "HalfCheetah-v4"}
+    if exp_name.endswith("_torchcompile"):
+        params |= {"compile": compile, "cudagraphs": cudagraphs}
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(f"|{k}|{v}|" for k, v in params.items()))
+    for i, r in enumerate(returns):
+        writer.add_scalar("charts/episodic_return", r, 1000 * (i + 1))
+    if warmup is not None:
+        writer.add_scalar("charts/warmup_time", warmup, 100)
+    for i, s in enumerate(sps):
+        writer.add_scalar("charts/SPS", s, 200 * (i + 1))
+    writer.close()
+
+
+EAGER, FAST = "sac_continuous_action", "sac_continuous_action_torchcompile"
+
+
+def test_table_values_from_known_runs(tmp_path):
+    # eager: fps 50, 60, 40 (median 50); returns: the last 5 episodes average 10, 20, 30 (20 ± 10)
+    fake_run(tmp_path, EAGER, 1, sps=[10, 50], returns=[-500, 10, 10, 10, 10, 10], warmup=1.0)
+    fake_run(tmp_path, EAGER, 2, sps=[60], returns=[20] * 5, warmup=2.0)
+    fake_run(tmp_path, EAGER, 3, sps=[40], returns=[30] * 5, warmup=3.0)
+    fake_run(tmp_path, FAST, 1, sps=[55], returns=[1] * 5, warmup=1.0)
+    fake_run(tmp_path, FAST, 2, sps=[65], returns=[3] * 5, warmup=1.0)
+    fake_run(tmp_path, FAST, 1, sps=[100], returns=[7] * 5, warmup=10.0, compile=True)
+    fake_run(tmp_path, FAST, 2, sps=[80], returns=[7] * 5, warmup=12.0, compile=True)
+    fake_run(tmp_path, FAST, 3, sps=[90], returns=[7] * 5, warmup=14.0, compile=True)
+    text = report.build(tmp_path, tmp_path).read_text()
+    assert "| eager script | 3 | 50.0 | 40.0-60.0 | 1.00x | 20.0 ± 10.0 | 2.0 |" in text
+    assert "| optimized, no flag | 2 | 60.0 | 55.0-65.0 | 1.20x | 2.0 ± 1.4 | 1.0 |" in text
+    assert "| --compile | 3 | 90.0 | 80.0-100.0 | 1.80x | 7.0 ± 0.0 | 12.0 |" in text
+    assert "--cudagraphs |" not in text  # no such runs: no row
+    assert "## sac_continuous_action (HalfCheetah-v4)" in text
+    for png in ("fps.png", "return_vs_steps.png", "return_vs_time.png"):
+        assert (tmp_path / png).stat().st_size > 1000
+
+
+def test_partial_failed_and_foreign_runs_are_reported(tmp_path):
+    fake_run(tmp_path, EAGER, 1, sps=[50], returns=[1, 2])
+    fake_run(tmp_path, FAST, 1, returns=[1, 2])  # stopped before its fps window
+    (tmp_path / "runs" / "x.failed").write_text("sac_continuous_action_torchcompile (mode compile, seed 1) failed\n")
+    writer = SummaryWriter(str(tmp_path / "runs" / "someone_elses_run"))
+    writer.add_scalar("loss", 1.0, 0)
+    writer.close()
+    text = report.build(tmp_path, tmp_path / "out").read_text()
+    assert "| eager script | 1 | 50.0 |" in text and "optimized, no flag |" not in text
+    failures = text.split("## Failed or incomplete runs")[1]
+    assert "sac_continuous_action none seed 1: no fps logged" in failures
+    assert "(mode compile, seed 1) failed" in failures
+    assert "someone_elses_run: not a leanrl run" in failures
+
+
+def test_empty_folder_gives_a_clear_message(tmp_path):
+    with pytest.raises(SystemExit, match="no runs found"):
+        report.build(tmp_path, tmp_path)
+    proc = subprocess.run(["python", "benchmarks/report.py", str(tmp_path)], cwd=REPO, env=ENV,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "no runs found" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def run_sh(*args, timeout=900):
+    return subprocess.run(["bash", "run.sh", *args], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--frobnicate"], "unknown option '--frobnicate'"),
+    (["--scripts", "dqn"], "unknown script 'dqn'"),
+    (["--seeds", "one"], "--seeds: 'one' is not"),
+    (["--steps", "0"], "--steps: '0' is not a positive integer"),
+    (["--out"], "--out needs a value"),
+])
+def test_run_sh_bad_input(args, message):
+    proc = run_sh(*args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_run_sh_quick_end_to_end(tmp_path):
+    out = tmp_path / "results"
+    proc = run_sh("--quick", "--scripts", "ppo_continuous", "--seeds", "1", "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (out / "report.md").read_text()
+    for row in ("| eager script | 1 |", "| optimized, no flag | 1 |", "| --compile | 1 |"):
+        assert row in text, text
+    assert "the `--cudagraphs` modes were not run" in text and "skipped (no CUDA device)" in proc.stdout
+    assert all((out / p).exists() for p in ("fps.png", "return_vs_steps.png", "return_vs_time.png"))
+    again = run_sh("--quick", "--scripts", "ppo_continuous_action", "--seeds", "1", "--out", str(out))
+    assert again.returncode == 0 and "0 runs done, 3 already complete" in again.stdout
+
+
+def test_run_sh_reports_failed_runs_and_goes_on(tmp_path):
+    out = tmp_path / "results"
+    # fewer steps than one PPO batch: every run stops with a usage error
+    proc = run_sh("--quick", "--scripts", "ppo_continuous", "--seeds", "1,2", "--steps", "100", "--out", str(out))
+    assert proc.returncode == 1
+    assert proc.stdout.count("--seed ") == 6 and "--total-timesteps 2048" not in proc.stdout  # every run was tried
+    failures = (out / "report.md").read_text().split("## Failed or incomplete runs")[1]
+    assert failures.count("failed with exit code 2") == 6
