@@ -108,6 +108,16 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+def caused_by_ctrl_c(err: BaseException) -> bool:
+    """Whether a Ctrl-C is behind `err`. Library cleanup code can replace the KeyboardInterrupt by an
+    error of its own (tensordict's `to_module` context does on exit); the interrupt stays in the chain."""
+    for _ in range(16):  # an exception chain can loop: look a bounded way back
+        if err is None or isinstance(err, KeyboardInterrupt):
+            return err is not None
+        err = err.__cause__ or err.__context__
+    return False
+
+
 def check_args(args: Args) -> None:
     positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
                 "eval_episodes"]
@@ -436,7 +446,9 @@ def main(args: Args) -> None:
             print(f"model saved to {model_path}")
             for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
                 writer.add_scalar("eval/episodic_return", episodic_return, idx)
-    except KeyboardInterrupt:
+    except BaseException as err:
+        if not caused_by_ctrl_c(err):
+            raise
         pbar.close()
         print(f"interrupted at step {global_step}; logs kept in runs/{run_name}", file=sys.stderr)
         sys.exit(130)

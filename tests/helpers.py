@@ -103,6 +103,38 @@ def interrupt_script(script: str, *args: str, cwd: Path, after_step: int, timeou
     return Run(proc.returncode, proc.stdout.read(), "".join(stderr), cwd)
 
 
+# Runs a script as __main__ with F.relu patched to raise KeyboardInterrupt when called from a function
+# of the given name: a Ctrl-C that lands at a chosen point instead of wherever a signal happens to land.
+_CTRL_C_INSIDE = """
+import runpy, sys
+import torch.nn.functional as F
+
+relu, target = F.relu, sys.argv.pop(1)
+
+
+def relu_or_ctrl_c(*args, **kwargs):
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == target:
+            raise KeyboardInterrupt
+        frame = frame.f_back
+    return relu(*args, **kwargs)
+
+
+F.relu = relu_or_ctrl_c
+sys.argv.pop(0)
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def ctrl_c_inside(function: str, script: str, *args: str, cwd: Path, timeout: float = 300) -> Run:
+    """Run a script and press Ctrl-C (deterministically) at its first ReLU inside `function`."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-c", _CTRL_C_INSIDE, function, *script_cmd(script, *args)[1:]]
+    proc = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    return Run(proc.returncode, proc.stdout, proc.stderr, cwd)
+
+
 def load_script(script: str):
     """Import a script of leanrl/ as a module (its training loop only runs under __main__)."""
     spec = importlib.util.spec_from_file_location(script, SCRIPTS / f"{script}.py")
