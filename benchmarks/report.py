@@ -236,21 +236,29 @@ def plot(by_algo: dict[str, list[Run]], out: Path) -> list[Path]:
                 curves = []
                 for r in by_algo[algo]:
                     pts = r.log.scalars.get("charts/episodic_return", [])
-                    if r.mode != m or len(pts) < 2:
+                    if r.mode != m or not pts:
                         continue
                     start = min(w for pts_ in r.log.scalars.values() for _, w, _ in pts_)
                     xs = np.array([s if xaxis == "step" else w - start for s, w, _ in pts])
                     curves.append((xs, np.array([v for _, _, v in pts])))
-                if not curves:
-                    continue
-                grid = np.linspace(0, min(xs[-1] for xs, _ in curves), 50)
-                ys = np.array([np.interp(grid, xs, ys) for xs, ys in curves])
-                ax.plot(grid, ys.mean(0), color=colors[m], label=f"{MODE_LABELS[m]} ({len(curves)})")
-                ax.fill_between(grid, ys.min(0), ys.max(0), color=colors[m], alpha=0.2)
+                label_ = f"{MODE_LABELS[m]} ({len(curves)})"
+                lines = [c for c in curves if len(c[0]) >= 2]
+                if lines:  # mean over seeds on a common grid, up to where the shortest run ends
+                    grid = np.linspace(0, min(xs[-1] for xs, _ in lines), 50)
+                    ys = np.array([np.interp(grid, xs, ys) for xs, ys in lines])
+                    ax.plot(grid, ys.mean(0), color=colors[m], label=label_)
+                    ax.fill_between(grid, ys.min(0), ys.max(0), color=colors[m], alpha=0.2)
+                dots = [c for c in curves if len(c[0]) == 1]
+                if dots:  # a run with a single finished episode is a point, not a curve
+                    ax.scatter([xs[0] for xs, _ in dots], [ys[0] for _, ys in dots], color=colors[m], s=14,
+                               label=None if lines else label_)
             ax.set_title(algo, fontsize=9)
             ax.set_xlabel(label, fontsize=7)
             ax.set_ylabel("episodic return", fontsize=7)
-            ax.legend(fontsize=6)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=6)
+            else:
+                ax.text(0.5, 0.5, "no episode finished", transform=ax.transAxes, ha="center", fontsize=8)
         fig.suptitle(f"Episodic return vs {label.split(' (')[0]}: mean over seeds, min-max shaded", fontsize=10)
         fig.tight_layout()
         paths.append(out / name)
