@@ -1,0 +1,95 @@
+"""Does envpool's async API (send/recv on half of the envs) speed up the Atari rollout?
+
+The Atari PPO scripts step all envs at once (`envs.step`), then run the policy on all
+frames. With `batch_size < num_envs`, `recv` returns the first envs that finish while the
+others still simulate, so the policy's forward pass for one half can overlap the other
+half's emulation. This measures the rollout alone (Nature-CNN forward pass with random
+weights, the scripts' channels-last layout, no update), both ways, in alternating rounds:
+
+    python benchmarks/envpool_async.py --env-id Breakout-v5 --num-envs 8 --steps 2048 --rounds 5
+"""
+
+import argparse
+import statistics
+import time
+
+import envpool
+import numpy as np
+import torch
+from torch import nn
+
+
+def nature_cnn(num_actions: int) -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(4, 32, 8, stride=4), nn.ReLU(),
+        nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+        nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+        nn.Flatten(), nn.Linear(64 * 7 * 7, 512), nn.ReLU(),
+        nn.Linear(512, num_actions),
+    ).to(memory_format=torch.channels_last)
+
+
+@torch.inference_mode()
+def act(net: nn.Module, obs: np.ndarray) -> np.ndarray:
+    x = torch.from_numpy(obs).float().div_(255).contiguous(memory_format=torch.channels_last)
+    logits = net(x)
+    return torch.multinomial(logits.softmax(-1), 1)[:, 0].numpy()
+
+
+def make(env_id: str, num_envs: int, batch_size: int):
+    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, batch_size=batch_size,
+                        episodic_life=True, reward_clip=True, seed=1)
+
+
+def sync_rollout(env_id: str, num_envs: int, steps: int, net: nn.Module) -> float:
+    """Environment steps per second of step-all-then-act, as the scripts do."""
+    envs = make(env_id, num_envs, num_envs)
+    obs, _ = envs.reset()
+    start = time.perf_counter()
+    for _ in range(steps // num_envs):
+        obs = envs.step(act(net, obs))[0]
+    sps = steps // num_envs * num_envs / (time.perf_counter() - start)
+    envs.close()
+    return sps
+
+
+def async_rollout(env_id: str, num_envs: int, steps: int, net: nn.Module) -> float:
+    """Environment steps per second when the policy acts on each half while the other half simulates."""
+    half = num_envs // 2
+    envs = make(env_id, num_envs, half)
+    envs.async_reset()
+    start = time.perf_counter()
+    for _ in range(steps // half):
+        obs, _, _, _, info = envs.recv()
+        envs.send(act(net, obs), info["env_id"])
+    sps = steps // half * half / (time.perf_counter() - start)
+    envs.close()
+    return sps
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env-id", default="Breakout-v5")
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=2048, help="environment steps per measurement")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    if args.num_envs < 2 or args.num_envs % 2:
+        parser.error("--num-envs must be even and at least 2")
+
+    torch.manual_seed(0)
+    net = nature_cnn(make(args.env_id, 1, 1).action_space.n)
+    results = {"sync (step all, then act)": [], "async (two halves)": []}
+    for _ in range(args.rounds):  # alternate, so that the machine's drift falls on both
+        results["sync (step all, then act)"].append(sync_rollout(args.env_id, args.num_envs, args.steps, net))
+        results["async (two halves)"].append(async_rollout(args.env_id, args.num_envs, args.steps, net))
+    base = statistics.median(results["sync (step all, then act)"])
+    print(f"| rollout ({args.env_id}, {args.num_envs} envs, {torch.get_num_threads()} torch threads) "
+          "| median fps | min-max | ratio |\n|---|---|---|---|")
+    for name, values in results.items():
+        med = statistics.median(values)
+        print(f"| {name} | {med:.0f} | {min(values):.0f}-{max(values):.0f} | {med / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
