@@ -135,6 +135,27 @@ def ctrl_c_inside(function: str, script: str, *args: str, cwd: Path, timeout: fl
     return Run(proc.returncode, proc.stdout, proc.stderr, cwd)
 
 
+# What every pair's flag-combination test runs: the eager script, then the optimized one in each mode
+MODES = [(), ("--compile",), ("--cudagraphs",), ("--compile", "--cudagraphs")]
+CUDAGRAPHS_WARNING = "--cudagraphs needs a CUDA device"
+PPO_LOSSES = ["losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl",
+              "losses/approx_kl", "losses/clipfrac", "losses/explained_variance", "charts/learning_rate"]
+
+
+def flag_configs(eager: str, fast: str) -> list[tuple[str, ...]]:
+    return [(eager,)] + [(fast, *mode) for mode in MODES]
+
+
+def check_flag_run(run: Run, config: tuple[str, ...], tags: list[str], logs: int) -> None:
+    """A short run of one flag combination: exits 0, logs fps > 0 and each tag `logs` times; on a
+    CPU, --cudagraphs says once that it falls back, then runs."""
+    run.check()
+    assert run.values("charts/SPS") and min(run.values("charts/SPS")) > 0
+    for tag in tags:
+        assert len(run.values(tag)) == logs, f"{tag}: {run.scalars.get(tag)}"
+    assert run.stderr.count(CUDAGRAPHS_WARNING) == ("--cudagraphs" in config)
+
+
 def load_script(script: str):
     """Import a script of leanrl/ as a module (its training loop only runs under __main__)."""
     spec = importlib.util.spec_from_file_location(script, SCRIPTS / f"{script}.py")
