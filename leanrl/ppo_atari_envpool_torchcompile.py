@@ -220,7 +220,8 @@ class Agent(nn.Module):
     @staticmethod
     def frames(x):
         # uint8 frames become floats here, on the device, in the channels-last layout that oneDNN's
-        # CPU convolutions run fastest (measured: 153 vs 174 ms per 256-frame forward and backward)
+        # CPU convolutions run fastest (2-core CPU: 149 vs 194 ms per 256-frame forward and backward;
+        # benchmarks/parts.py)
         return x.contiguous(memory_format=torch.channels_last) / 255.0
 
     def get_value(self, x):

@@ -361,14 +361,16 @@ def main(args: Args) -> None:
 
     if args.compile:
         # Compile the losses with their backward passes; the optimizer steps stay eager: each is a
-        # single fused kernel, and compiled they would add graph breaks and guard checks (measured
-        # on the CPU: 3.6 ms per critic update this way, 4.8 ms with the step compiled in).
+        # single fused kernel, and compiled they would add graph breaks and guard checks (SAC's critic
+        # update on a 2-core CPU: 5.0 ms this way, 5.6 ms with the step compiled in; benchmarks/parts.py).
         # Compiled code draws eager's random numbers, so that --compile reproduces a run without it.
         torch._inductor.config.fallback_random = True
-        # trace loss.backward() into the compiled graph: forward and backward become one graph
+        # trace loss.backward() into the compiled graph: forward and backward become one graph, no
+        # graph break (SAC's critic update: 5.0 ms with it, 5.9 ms without; benchmarks/parts.py)
         torch._dynamo.config.trace_autograd_ops = True
-        # recompute views in the backward rather than saving them: otherwise the vmapped critics
-        # save ReLU masks as bool tensors, which inductor's CPU (AVX2) code writes slowly
+        # recompute views in the backward rather than saving them, so that no bool mask needs saving
+        # (inductor's AVX2 code writes one 17x slower than eager); the critic update measures the same
+        # with or without it today, it guards against a partition that saves masks
         torch._functorch.config.recompute_views = True
         critic_loss = torch.compile(critic_loss)
         actor_loss = torch.compile(actor_loss)
