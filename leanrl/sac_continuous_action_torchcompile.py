@@ -10,20 +10,23 @@ saves:
   sampled there: no host round-trip per update;
 - the actor loss reads the critics through detached weights: no gradient is
   computed for weights that the actor step does not update;
+- the target networks are updated with one fused `lerp_`;
 - `--compile`: `torch.compile` of the acting step and of the losses with their
   backward passes (the fused optimizer steps stay eager: one kernel each);
-- `--cudagraphs`: those functions replayed as CUDA graphs (tensordict's
-  `CudaGraphModule`), which removes the kernel-launch overhead on a GPU;
+- `--cudagraphs`: each whole update, and the acting step, replayed as one CUDA
+  graph (tensordict's `CudaGraphModule`): no kernel-launch overhead on a GPU;
 - no `.item()` in the hot loop: values are read back only at logging intervals.
 
     python leanrl/sac_continuous_action_torchcompile.py --compile --cudagraphs
 """
 
+import atexit
 import math
 import os
 import random
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass
 
 import gymnasium as gym
@@ -97,41 +100,6 @@ class Args:
     """whether to use CUDA graphs (needs CUDA)"""
 
 
-def fail(message: str) -> None:
-    """Stop on a user's mistake: one line on stderr, exit code 2, no stack trace."""
-    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-def caused_by_ctrl_c(err: BaseException) -> bool:
-    """Whether a Ctrl-C is behind `err`. Library cleanup code can replace the KeyboardInterrupt by an
-    error of its own (tensordict's `to_module` context does on exit); the interrupt stays in the chain."""
-    for _ in range(16):  # an exception chain can loop: look a bounded way back
-        if err is None or isinstance(err, KeyboardInterrupt):
-            return err is not None
-        err = err.__cause__ or err.__context__
-    return False
-
-
-def check_args(args: Args) -> None:
-    positive = ["total_timesteps", "buffer_size", "batch_size", "policy_lr", "q_lr",
-                "policy_frequency", "target_network_frequency", "eval_episodes"]
-    for name in positive:
-        if not getattr(args, name) > 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in ["learning_starts", "measure_after"]:
-        if getattr(args, name) < 0:
-            fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-    if args.total_timesteps <= args.learning_starts:
-        fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
-    if not 0.0 <= args.gamma <= 1.0:
-        fail(f"--gamma must be in [0, 1], got {args.gamma}")
-    if not 0.0 < args.tau <= 1.0:
-        fail(f"--tau must be in (0, 1], got {args.tau}")
-    if not args.autotune and args.alpha < 0:
-        fail(f"--alpha must be >= 0, got {args.alpha}")
-
-
 def make_env(env_id: str, seed: int, capture_video: bool = False, run_name: str = "") -> gym.Env:
     """One environment with episode statistics; a user's bad id or action space stops here."""
     if capture_video:
@@ -198,49 +166,42 @@ class Actor(nn.Module):
     def get_action(self, x):
         mean, log_std = self(x)
         std = log_std.exp()
-        # the reparameterized Gaussian sample written out: no Distribution object, whose
-        # argument checks cost Python time (and a host sync on a GPU)
+        # the reparameterized Gaussian sample written out: no Distribution object, whose argument checks
+        # cost Python time (and a host sync on a GPU)
         noise = torch.randn_like(mean)
         x_t = mean + std * noise
         y_t = torch.tanh(x_t)
         action = y_t * self.action_scale + self.action_bias
         log_prob = -0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
         # Enforcing Action Bound
-        log_prob = log_prob - torch.log(self.action_scale * (1 - y_t.pow(2)) + 1e-6)
+        log_prob -= torch.log(self.action_scale * (1 - y_t.pow(2)) + 1e-6)
         log_prob = log_prob.sum(1, keepdim=True)
         mean = torch.tanh(mean) * self.action_scale + self.action_bias
         return action, log_prob, mean
 
 
-def load_policy(model_path: str, device: str | torch.device = "cpu"):
-    """Rebuild the actor saved by --save-model; returns (actor, args dict)."""
-    checkpoint = torch.load(model_path, map_location=device, weights_only=True)
-    env = make_env(checkpoint["args"]["env_id"], seed=0)
-    actor = Actor(env, device=device)
-    actor.load_state_dict(checkpoint["actor"])
-    env.close()
-    return actor.eval(), checkpoint["args"]
+class ReplayBuffer:
+    """A circular buffer of transitions preallocated on the training device: a batch is an index there,
+    with no copy from the host."""
 
+    def __init__(self, size: int, obs_dim: int, act_dim: int, device: torch.device):
+        dims = dict(observations=obs_dim, next_observations=obs_dim, actions=act_dim, rewards=1, dones=1)
+        self.data = TensorDict({key: torch.zeros(size, dim) for key, dim in dims.items()}, [size], device=device)
+        self.size, self.pos, self.full, self.device = size, 0, False, device
 
-def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: str | torch.device = "cpu"):
-    """Play `eval_episodes` episodes with the saved policy's deterministic action; returns their returns."""
-    actor, saved_args = load_policy(model_path, device)
-    env = make_env(saved_args["env_id"], seed)
-    returns = []
-    obs, _ = env.reset(seed=seed)
-    while len(returns) < eval_episodes:
-        with torch.no_grad():
-            _, _, action = actor.get_action(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])
-        obs, _, _, _, info = env.step(action[0].cpu().numpy())
-        if "episode" in info:
-            returns.append(float(info["episode"]["r"]))
-            obs, _ = env.reset()
-    env.close()
-    return returns
+    def add(self, obs, next_obs, action, reward, done):
+        for key, value in zip(self.data.keys(), (obs, next_obs, action, reward, done)):
+            self.data[key][self.pos] = torch.as_tensor(value, dtype=torch.float32)
+        self.pos = (self.pos + 1) % self.size
+        self.full = self.full or self.pos == 0
+
+    def sample(self, batch_size: int) -> TensorDict:
+        idx = torch.randint(0, self.size if self.full else self.pos, (batch_size,), device=self.device)
+        return self.data[idx]
 
 
 def main(args: Args) -> None:
-    check_args(args)
+    check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
 
     # TRY NOT TO MODIFY: seeding
@@ -249,11 +210,11 @@ def main(args: Args) -> None:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    if args.cudagraphs and device.type != "cuda":
+    graphs = args.cudagraphs and device.type == "cuda"
+    if args.cudagraphs and not graphs:
         print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
-        args.cudagraphs = False
 
-    # env setup (first, so that a bad --env-id stops before any heavy work)
+    # env setup
     env = make_env(args.env_id, args.seed, args.capture_video, run_name)
 
     actor = Actor(env, device=device)
@@ -266,37 +227,28 @@ def main(args: Args) -> None:
         qf1 = SoftQNetwork(env, device=device)
         qf2 = SoftQNetwork(env, device=device)
         qnet_params = from_modules(qf1, qf2, as_module=True)
-        qnet_target = qnet_params.data.clone()
+        qnet_target = qnet_params.data.clone()  # the targets start as exact copies
         # discard the params of the original modules: a "meta" shell runs any set of weights
         qnet = SoftQNetwork(env, device="meta")
         qnet_params.to_module(qnet, preserve_module_state=False)
         return qnet_params, qnet_target, qnet
 
     qnet_params, qnet_target, qnet = get_q_params()
-    # stacked weights: one Adam over both critics; fused: one kernel per step, its state on the device
-    q_optimizer = torch.optim.Adam(qnet_params.values(True, True), lr=args.q_lr, fused=True)
-    actor_optimizer = torch.optim.Adam(list(actor.parameters()), lr=args.policy_lr, fused=True)
+    # stacked weights: one Adam over both critics; fused: one kernel per step, its state on the device;
+    # capturable under CUDA graphs: a replayed step reads its step count and learning rate on the device
+    adam = dict(fused=True, capturable=graphs)
+    q_optimizer = torch.optim.Adam(qnet_params.values(True, True), lr=args.q_lr, **adam)
+    actor_optimizer = torch.optim.Adam(list(actor.parameters()), lr=args.policy_lr, **adam)
 
     # Automatic entropy tuning
     if args.autotune:
         target_entropy = -torch.prod(torch.Tensor(env.action_space.shape).to(device)).item()
         log_alpha = torch.zeros(1, requires_grad=True, device=device)
-        a_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr, fused=True)
+        a_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr, **adam)
     else:
         log_alpha = torch.as_tensor(args.alpha, device=device).log()  # alpha stays a tensor: no sync to read it
 
-    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
-    # the replay buffer lives on the training device: sampling is an index on the device, no host copy
-    rb = TensorDict(
-        observations=torch.zeros(args.buffer_size, obs_dim),
-        actions=torch.zeros(args.buffer_size, act_dim),
-        next_observations=torch.zeros(args.buffer_size, obs_dim),
-        rewards=torch.zeros(args.buffer_size),
-        dones=torch.zeros(args.buffer_size),
-        batch_size=[args.buffer_size],
-        device=device,
-    )
-    rb_pos, rb_full = 0, False
+    rb = ReplayBuffer(args.buffer_size, env.observation_space.shape[0], env.action_space.shape[0], device)
 
     def batched_qf(params, obs, action):
         with params.to_module(qnet, preserve_module_state=False):
@@ -335,24 +287,25 @@ def main(args: Args) -> None:
         qf_pi = torch.vmap(batched_qf, (0, None, None))(qnet_params.data, data["observations"], pi)
         min_qf_pi = qf_pi.min(0).values
         loss = ((alpha * log_pi) - min_qf_pi).mean()
-        out = TensorDict(actor_loss=loss.detach(), alpha=alpha)
-        if args.autotune:
-            # the entropy estimate of the actor step serves again: no second forward pass
-            alpha_loss = (-log_alpha.exp() * (log_pi.detach() + target_entropy)).mean()
-            loss = loss + alpha_loss  # one backward pass: the two losses share no parameter
-            out["alpha_loss"] = alpha_loss.detach()
         loss.backward()
-        return out
+        return TensorDict(actor_loss=loss.detach())
+
+    def alpha_loss(data):
+        with torch.no_grad():
+            _, log_pi, _ = actor.get_action(data["observations"])
+        loss = (-log_alpha.exp() * (log_pi + target_entropy)).mean()
+        loss.backward()
+        return loss.detach()
 
     def update_pol(data):
         actor_optimizer.zero_grad()
-        if args.autotune:
-            a_optimizer.zero_grad()
         out = actor_loss(data)  # forward and backward
         actor_optimizer.step()
         if args.autotune:
+            a_optimizer.zero_grad()
+            out["alpha_loss"] = alpha_loss(data)
             a_optimizer.step()
-            out["alpha"] = log_alpha.detach().exp()
+        out["alpha"] = log_alpha.detach().exp()
         return out
 
     def update_target():
@@ -360,11 +313,10 @@ def main(args: Args) -> None:
         qnet_target.lerp_(qnet_params.data, args.tau)
 
     if args.compile:
-        # Compile the losses with their backward passes; the optimizer steps stay eager: each is a
-        # single fused kernel, and compiled they would add graph breaks and guard checks (SAC's critic
-        # update on a 2-core CPU: 5.0 ms this way, 5.6 ms with the step compiled in; benchmarks/parts.py).
-        # Compiled code draws eager's random numbers, so that --compile reproduces a run without it.
-        torch._inductor.config.fallback_random = True
+        if device.type == "cpu":
+            # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
+            # without it (the contract); on a GPU inductor's own generator is faster and stays on
+            torch._inductor.config.fallback_random = True
         # trace loss.backward() into the compiled graph: forward and backward become one graph, no
         # graph break (SAC's critic update: 5.0 ms with it, 5.9 ms without; benchmarks/parts.py)
         torch._dynamo.config.trace_autograd_ops = True
@@ -372,123 +324,158 @@ def main(args: Args) -> None:
         # (inductor's AVX2 code writes one 17x slower than eager); the critic update measures the same
         # with or without it today, it guards against a partition that saves masks
         torch._functorch.config.recompute_views = True
+        # Compile the losses with their backward passes; the optimizer steps stay eager: each is a
+        # single fused kernel, and compiled they would add graph breaks and guard checks (SAC's critic
+        # update on a 2-core CPU: 5.0 ms this way, 5.6 ms with the step compiled in; benchmarks/parts.py).
         critic_loss = torch.compile(critic_loss)
         actor_loss = torch.compile(actor_loss)
+        alpha_loss = torch.compile(alpha_loss)
         policy = torch.compile(policy)
 
     if args.cudagraphs:
-        # each whole update (zero_grad, forward, backward, optimizer step) becomes one graph replay
-        update_main = CudaGraphModule(update_main, in_keys=[], out_keys=[])
-        update_pol = CudaGraphModule(update_pol, in_keys=[], out_keys=[])
-        update_target = CudaGraphModule(update_target, in_keys=[], out_keys=[])
-        policy = CudaGraphModule(policy)
+        # each whole update (zero_grad, forward, backward, optimizer step) becomes one graph replay; the
+        # warm-up calls before the capture let compilation finish (without CUDA: called directly)
+        warnings.filterwarnings("ignore", "This module is instantiated on a machine without CUDA")
+        warmup = 4 if args.compile else 2
+        update_main = CudaGraphModule(update_main, in_keys=[], out_keys=[], warmup=warmup)
+        update_pol = CudaGraphModule(update_pol, in_keys=[], out_keys=[], warmup=warmup)
+        update_target = CudaGraphModule(update_target, warmup=warmup)  # takes no input: the tensor path
+        policy = CudaGraphModule(policy, warmup=warmup)
 
+    writer = make_writer(args, run_name)
+    # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
+    speed = Speed(writer, start_step=args.learning_starts + 1, warmup_steps=args.measure_after)
+    episodic_return, out_main, out_pol = float("nan"), None, None
+
+    # TRY NOT TO MODIFY: start the game
+    obs, _ = env.reset(seed=args.seed)
+    obs = torch.as_tensor(obs, device=device, dtype=torch.float32)
+    pbar = tqdm.trange(args.total_timesteps, desc=args.exp_name, unit="step")
+    for global_step in pbar:
+        # ALGO LOGIC: put action logic here
+        if global_step < args.learning_starts:
+            action = env.action_space.sample()
+        else:
+            action, _, _ = policy(obs[None])
+            action = action[0].cpu().numpy()
+
+        # TRY NOT TO MODIFY: execute the game and log data.
+        next_obs, reward, terminated, truncated, info = env.step(action)
+
+        # TRY NOT TO MODIFY: record rewards for plotting purposes
+        if "episode" in info:
+            episodic_return = float(info["episode"]["r"])
+            writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+            writer.add_scalar("charts/episodic_length", int(info["episode"]["l"]), global_step)
+
+        # the buffer keeps the true next observation; only a termination (not a time-limit truncation)
+        # cuts the bootstrap
+        next_obs = torch.as_tensor(next_obs, device=device, dtype=torch.float32)  # one copy: stored, then acted on
+        rb.add(obs, next_obs, action, reward, terminated)
+
+        # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
+        obs = next_obs
+        if terminated or truncated:
+            obs, _ = env.reset()
+            obs = torch.as_tensor(obs, device=device, dtype=torch.float32)
+
+        # ALGO LOGIC: training.
+        if global_step > args.learning_starts:
+            speed.tick(global_step)
+            data = rb.sample(args.batch_size)
+            out_main = update_main(data)
+
+            if global_step % args.policy_frequency == 0:  # TD 3 Delayed update support
+                for _ in range(args.policy_frequency):  # compensate for the delay by doing 'actor_update_interval' instead of 1
+                    out_pol = update_pol(data)
+
+            # update the target networks
+            if global_step % args.target_network_frequency == 0:
+                update_target()
+
+            if global_step % 100 == 0:
+                # the only reads of device values in the loop, at logging intervals
+                logs = out_main.to_dict() | (out_pol.to_dict() if out_pol is not None else {})
+                for key, value in logs.items():
+                    writer.add_scalar(f"losses/{key}", value.item(), global_step)
+                if (sps := speed.log(global_step)) is not None:
+                    pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+
+    if args.save_model:
+        from evals import evaluate  # serves --save-model only: imported here, this file alone still trains
+
+        model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        qf1, qf2 = (qnet_params.data[i].flatten_keys(".").to_dict() for i in range(2))  # the eager script's layout
+        torch.save({"algo": "sac", "args": asdict(args), "actor": actor.state_dict(), "qf1": qf1, "qf2": qf2},
+                   model_path)
+        print(f"model saved to {model_path}")
+        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+
+
+# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+def check_args(args: Args) -> None:
+    positive = ["total_timesteps", "buffer_size", "batch_size", "policy_lr", "q_lr", "policy_frequency",
+                "target_network_frequency", "eval_episodes"]
+    for name in positive + ["learning_starts", "measure_after"] + ([] if args.autotune else ["alpha"]):
+        value = getattr(args, name)
+        if value < 0 or (value == 0 and name in positive):
+            fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
+    if not (0.0 <= args.gamma <= 1.0 and 0.0 < args.tau <= 1.0):
+        fail(f"--gamma must be in [0, 1] and --tau in (0, 1], got {args.gamma} and {args.tau}")
+    if args.total_timesteps <= args.learning_starts:
+        fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
+
+
+def fail(message: str) -> None:
+    """A user's mistake: one line on stderr, exit code 2, no stack trace."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_writer(args: Args, run_name: str) -> SummaryWriter:
+    """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
     if args.track:
         import wandb
 
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=vars(args), name=run_name, save_code=True)
+        atexit.register(wandb.finish)
     writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    atexit.register(writer.close)  # registered last, runs first: before wandb.finish
+    return writer
 
-    # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
-    first_update_step = args.learning_starts + 1
-    measure_step = first_update_step + args.measure_after
-    measure_time = train_start = None
-    episodic_return = float("nan")
-    global_step, out_main, out_pol = 0, None, None
-    pbar = tqdm.tqdm(total=args.total_timesteps, desc=args.exp_name, unit="step")
-    try:
-        # TRY NOT TO MODIFY: start the game
-        obs, _ = env.reset(seed=args.seed)
-        obs = torch.as_tensor(obs, device=device, dtype=torch.float32)
-        for global_step in range(args.total_timesteps):
-            # ALGO LOGIC: put action logic here
-            if global_step < args.learning_starts:
-                action = env.action_space.sample()
-            else:
-                action, _, _ = policy(obs[None])
-                action = action[0].cpu().numpy()
 
-            # TRY NOT TO MODIFY: execute the game and log data.
-            next_obs, reward, terminated, truncated, info = env.step(action)
+class Speed:
+    """`charts/SPS` over a window that starts `warmup_steps` after `start_step`, once the warm-up
+    (compilation, CUDA-graph capture) is over; `charts/warmup_time` is the time before it."""
 
-            # TRY NOT TO MODIFY: record rewards for plotting purposes
-            if "episode" in info:
-                episodic_return = float(info["episode"]["r"])
-                writer.add_scalar("charts/episodic_return", episodic_return, global_step)
-                writer.add_scalar("charts/episodic_length", int(info["episode"]["l"]), global_step)
+    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int):
+        self.writer, self.steps, self.times = writer, (start_step, start_step + warmup_steps), {}
 
-            # the buffer keeps the true next observation; only termination (not time-out) cuts the bootstrap
-            next_obs = torch.as_tensor(next_obs, device=device, dtype=torch.float32)
-            rb[rb_pos] = TensorDict(
-                observations=obs, actions=torch.as_tensor(action, device=device, dtype=torch.float32),
-                next_observations=next_obs, rewards=torch.as_tensor(reward, device=device, dtype=torch.float32),
-                dones=torch.as_tensor(terminated, device=device, dtype=torch.float32),
-            )
-            rb_pos = (rb_pos + 1) % args.buffer_size
-            rb_full = rb_full or rb_pos == 0
+    def tick(self, step: int) -> None:
+        if step in self.steps:
+            self.times[step] = time.perf_counter()
+            if step == self.steps[1]:
+                self.writer.add_scalar("charts/warmup_time", self.times[step] - self.times[self.steps[0]], step)
 
-            # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
-            obs = next_obs
-            if terminated or truncated:
-                obs, _ = env.reset()
-                obs = torch.as_tensor(obs, device=device, dtype=torch.float32)
-
-            # ALGO LOGIC: training.
-            if global_step > args.learning_starts:
-                if global_step == first_update_step:
-                    train_start = time.perf_counter()
-                if global_step == measure_step:
-                    measure_time = time.perf_counter()
-                    writer.add_scalar("charts/warmup_time", measure_time - train_start, global_step)
-
-                idx = torch.randint(0, args.buffer_size if rb_full else rb_pos, (args.batch_size,), device=device)
-                data = rb[idx]
-                out_main = update_main(data)
-                if global_step % args.policy_frequency == 0:  # TD 3 Delayed update support
-                    for _ in range(args.policy_frequency):  # compensate for the delay by doing 'actor_update_interval' instead of 1
-                        out_pol = update_pol(data)
-
-                # update the target networks
-                if global_step % args.target_network_frequency == 0:
-                    update_target()
-
-                if global_step % 100 == 0:
-                    # the only reads of device values in the loop, at logging intervals
-                    logs = out_main.to_dict() | (out_pol.to_dict() if out_pol is not None else {})
-                    for key, value in logs.items():
-                        writer.add_scalar(f"losses/{key}", value.item(), global_step)
-                    if measure_time is not None and global_step > measure_step:
-                        sps = (global_step - measure_step) / (time.perf_counter() - measure_time)
-                        writer.add_scalar("charts/SPS", sps, global_step)
-                        pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
-            pbar.update(1)
-        global_step = args.total_timesteps
-
-        if args.save_model:
-            model_path = f"runs/{run_name}/{args.exp_name}.pt"
-            torch.save({"args": asdict(args), "actor": actor.state_dict(),
-                        "qnet": qnet_params.data.to_dict()}, model_path)
-            print(f"model saved to {model_path}")
-            for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
-                writer.add_scalar("eval/episodic_return", episodic_return, idx)
-    except BaseException as err:
-        if not caused_by_ctrl_c(err):
-            raise
-        pbar.close()
-        print(f"interrupted at step {global_step}; logs kept in runs/{run_name}", file=sys.stderr)
-        sys.exit(130)
-    finally:
-        pbar.close()
-        env.close()
-        writer.close()
-        if args.track:
-            wandb.finish()
+    def log(self, step: int) -> float | None:
+        if step <= self.steps[1] or self.steps[1] not in self.times:
+            return None
+        sps = (step - self.steps[1]) / (time.perf_counter() - self.times[self.steps[1]])
+        self.writer.add_scalar("charts/SPS", sps, step)
+        return sps
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    try:
+        main(tyro.cli(Args))
+    except BaseException as err:
+        # a Ctrl-C inside a tensordict `to_module` context leaves it as a RuntimeError: look down the chain
+        while err is not None and not isinstance(err, KeyboardInterrupt):
+            err = err.__context__
+        if err is None:
+            raise
+        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
+        sys.exit(130)

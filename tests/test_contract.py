@@ -128,10 +128,10 @@ def test_save_model_loads_back_and_acts(script, tmp_path):
     models = list(run.run_dir.glob("*.pt"))
     assert len(models) == 1, list(run.run_dir.iterdir())
     assert len(run.values("eval/episodic_return")) == 2
-    module = load_script(script)
-    policy, saved_args = module.load_policy(str(models[0]))[:2]
+    evals = load_script("evals")
+    policy, saved_args = evals.load_policy(str(models[0]))[:2]
     assert saved_args["env_id"] == SPECS[script].short[1]
-    returns = module.evaluate(str(models[0]), eval_episodes=1)
+    returns = evals.evaluate(str(models[0]), eval_episodes=1)
     assert len(returns) == 1 and math.isfinite(returns[0])
 
 
@@ -144,5 +144,5 @@ def test_track_offline(script, tmp_path):
 def test_every_script_has_a_spec():
     from helpers import SCRIPTS as SCRIPT_DIR
 
-    scripts = sorted(p.stem for p in SCRIPT_DIR.glob("*.py") if p.stem != "__init__")
+    scripts = sorted(p.stem for p in SCRIPT_DIR.glob("*.py") if p.stem != "evals")
     assert scripts == SCRIPTS, "add the new script to SPECS"

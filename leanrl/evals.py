@@ -1,0 +1,111 @@
+"""Load back a policy saved with `--save-model`, and play it.
+
+This is the one helper module the contract allows (CleanRL's `cleanrl_utils/evals`):
+the scripts import it only under `--save-model`, so that a script copied alone still
+trains. A checkpoint names its algorithm; the policy is rebuilt with the eager
+script's classes, so a model saved by either script of a pair loads the same way.
+
+    from leanrl.evals import load_policy, evaluate
+    policy, args = load_policy("runs/<run>/sac_continuous_action.pt")[:2]
+    returns = evaluate("runs/<run>/sac_continuous_action.pt", eval_episodes=5)
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+
+# algorithm -> the eager script whose classes rebuild its policy
+SCRIPTS = {"sac": "sac_continuous_action", "td3": "td3_continuous_action", "ppo_continuous": "ppo_continuous_action",
+           "ppo_atari": "ppo_atari_envpool"}
+
+
+def script(name: str):
+    """A script of this folder as a module (its training loop runs only under __main__)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
+
+
+def load_policy(model_path: str, device: str | torch.device = "cpu"):
+    """Rebuild the network that acts: returns (policy, the run's args as a dict, extra), where `extra`
+    holds the observation-normalization statistics for continuous PPO and is None otherwise."""
+    return _load(torch.load(model_path, map_location=device, weights_only=True), device)
+
+
+def _load(checkpoint: dict, device):
+    algo, saved = checkpoint["algo"], checkpoint["args"]
+    module = script(SCRIPTS[algo])
+    if algo in ("sac", "td3"):
+        env = module.make_env(saved["env_id"], seed=0)
+        policy = module.Actor(env)
+        policy.load_state_dict(checkpoint["actor"])
+    elif algo == "ppo_continuous":
+        env = module.make_envs(module.Args(env_id=saved["env_id"], gamma=saved["gamma"]), "", num_envs=1)
+        policy = module.Agent(env)
+        policy.load_state_dict(checkpoint["agent"])
+    else:  # ppo_atari
+        env = module.make_envs(module.Args(env_id=saved["env_id"]), num_envs=1)
+        policy = module.Agent(env)
+        policy.load_state_dict(checkpoint["agent"])
+    env.close()
+    return policy.to(device).eval(), saved, checkpoint.get("obs_rms")
+
+
+def freeze_normalization(envs: gym.vector.SyncVectorEnv, obs_rms: dict) -> None:
+    """Load the training statistics into each env's NormalizeObservation wrapper and stop it updating
+    them. (`set_wrapper_attr("update_running_mean", False)` would stop at the first wrapper with that
+    attribute, NormalizeReward, and leave the observation statistics drifting.)"""
+    for env in envs.envs:
+        while not isinstance(env, gym.wrappers.NormalizeObservation):
+            env = env.env
+        env.obs_rms.mean, env.obs_rms.var = obs_rms["mean"].double().numpy(), obs_rms["var"].double().numpy()
+        env.obs_rms.count = float(obs_rms["count"])
+        env.update_running_mean = False
+
+
+def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: str | torch.device = "cpu"):
+    """Play `eval_episodes` episodes with the saved policy; returns their returns. SAC and TD3 act with
+    their deterministic action, continuous PPO with its mean action under the frozen training
+    normalization, Atari PPO samples its actions (as in training) and counts whole games."""
+    checkpoint = torch.load(model_path, map_location=device, weights_only=True)
+    policy, saved, obs_rms = _load(checkpoint, device)
+    algo = checkpoint["algo"]
+    module = script(SCRIPTS[algo])
+    returns = []
+    with torch.no_grad():
+        if algo in ("sac", "td3"):
+            env = module.make_env(saved["env_id"], seed)
+            act = (lambda x: policy.get_action(x)[2]) if algo == "sac" else policy
+            obs, _ = env.reset(seed=seed)
+            while len(returns) < eval_episodes:
+                action = act(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])[0]
+                obs, _, _, _, info = env.step(action.cpu().numpy())
+                if "episode" in info:
+                    returns.append(float(info["episode"]["r"]))
+                    obs, _ = env.reset()
+        elif algo == "ppo_continuous":
+            env = module.make_envs(module.Args(env_id=saved["env_id"], gamma=saved["gamma"]), "", num_envs=1)
+            freeze_normalization(env, obs_rms)
+            obs, _ = env.reset(seed=seed)
+            while len(returns) < eval_episodes:
+                action = policy.actor_mean(torch.as_tensor(obs, device=device, dtype=torch.float32))
+                obs, _, _, _, infos = env.step(action.cpu().numpy())
+                if "final_info" in infos and "episode" in infos["final_info"]:
+                    finished = infos["final_info"]["_episode"]
+                    returns += [float(r) for r in infos["final_info"]["episode"]["r"][finished]]
+        else:  # ppo_atari: whole games, unclipped rewards
+            env = module.make_envs(module.Args(env_id=saved["env_id"]), num_envs=1, seed=seed)
+            stats = module.EpisodeStats(1)
+            obs, _ = env.reset()
+            while len(returns) < eval_episodes:
+                action, _, _, _ = policy.get_action_and_value(torch.as_tensor(obs, device=device))
+                obs, _, terminated, truncated, info = env.step(action.cpu().numpy())
+                returns += [r for _, r, _ in stats.update(info, terminated, truncated)]
+    env.close()
+    return returns[:eval_episodes]
