@@ -7,17 +7,22 @@ gradient clipping. Read it next to `ppo_atari_envpool_torchcompile.py`, which le
 the same thing faster; on the CPU the two draw the same random numbers, so their
 runs can be compared number for number.
 
-Two things CleanRL's script gets wrong are right here:
+How it differs from CleanRL's `ppo_atari_envpool.py`:
 - envpool resets an environment on the step *after* it reports done (a lost life
   or a finished game): that step ignores the action and returns reward 0. It is
-  not a transition, so it is masked out of the losses (`valid` below).
-- Episode statistics are the real game's: returns summed from the unclipped
-  rewards over all lives, logged once, when the last life is lost (or the game is
-  truncated), with the game's length in agent steps.
+  not a transition, so it is masked out of the losses and of the explained
+  variance (`valid` below); CleanRL's envpool script trains on it.
+- Episode statistics, as in CleanRL's script, are the real game's: the unclipped
+  rewards summed over all lives, logged when the last life is lost. Two things
+  differ: a game's length is envpool's count of its agent steps (CleanRL's also
+  counts the reset steps), and a truncated game (the 108k-frame limit) is logged
+  and its sum restarts (CleanRL logs it never and carries its sum into the next
+  game).
 
     python leanrl/ppo_atari_envpool.py --env-id Breakout-v5
 """
 
+import atexit
 import os
 import random
 import sys
@@ -104,45 +109,6 @@ class Args:
     """the mini-batch size (computed in runtime)"""
     num_iterations: int = 0
     """the number of iterations (computed in runtime)"""
-
-
-def fail(message: str) -> None:
-    """Stop on a user's mistake: one line on stderr, exit code 2, no stack trace."""
-    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-def caused_by_ctrl_c(err: BaseException) -> bool:
-    """Whether a Ctrl-C is behind `err`. Library cleanup code can replace the KeyboardInterrupt by an
-    error of its own (tensordict's `to_module` context does on exit); the interrupt stays in the chain."""
-    for _ in range(16):  # an exception chain can loop: look a bounded way back
-        if err is None or isinstance(err, KeyboardInterrupt):
-            return err is not None
-        err = err.__cause__ or err.__context__
-    return False
-
-
-def check_args(args: Args) -> None:
-    positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
-                "eval_episodes"]
-    for name in positive:
-        if not getattr(args, name) > 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in ["clip_coef", "max_grad_norm", "measure_after"]:
-        if getattr(args, name) < 0:
-            fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-    for name in ["gamma", "gae_lambda"]:
-        if not 0.0 <= getattr(args, name) <= 1.0:
-            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
-    args.batch_size = int(args.num_envs * args.num_steps)
-    if args.batch_size % args.num_minibatches != 0:
-        fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch "
-             f"(--num-envs x --num-steps = {args.batch_size})")
-    if args.total_timesteps < args.batch_size:
-        fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch "
-             f"(--num-envs x --num-steps = {args.batch_size})")
-    args.minibatch_size = int(args.batch_size // args.num_minibatches)
-    args.num_iterations = args.total_timesteps // args.batch_size
 
 
 def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):
@@ -234,34 +200,11 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
     return advantages
 
 
-def load_policy(model_path: str, device: str | torch.device = "cpu"):
-    """Rebuild the agent saved by --save-model; returns (agent, args dict)."""
-    checkpoint = torch.load(model_path, map_location=device, weights_only=True)
-    envs = make_envs(Args(env_id=checkpoint["args"]["env_id"]), num_envs=1)
-    agent = Agent(envs).to(device)
-    agent.load_state_dict(checkpoint["agent"])
-    envs.close()
-    return agent.eval(), checkpoint["args"]
-
-
-def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: str | torch.device = "cpu"):
-    """Play `eval_episodes` whole games with the saved policy (actions sampled, as in training);
-    returns their unclipped returns."""
-    agent, saved_args = load_policy(model_path, device)
-    envs = make_envs(Args(env_id=saved_args["env_id"]), num_envs=1, seed=seed)
-    stats, returns = EpisodeStats(1), []
-    obs, _ = envs.reset()
-    while len(returns) < eval_episodes:
-        with torch.no_grad():
-            action, _, _, _ = agent.get_action_and_value(torch.as_tensor(obs, device=device))
-        obs, _, terminated, truncated, info = envs.step(action.cpu().numpy())
-        returns += [r for _, r, _ in stats.update(info, terminated, truncated)]
-    envs.close()
-    return returns
-
-
 def main(args: Args) -> None:
-    check_args(args)
+    check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
+    args.batch_size = int(args.num_envs * args.num_steps)
+    args.minibatch_size = int(args.batch_size // args.num_minibatches)
+    args.num_iterations = args.total_timesteps // args.batch_size
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
 
     # TRY NOT TO MODIFY: seeding
@@ -271,7 +214,7 @@ def main(args: Args) -> None:
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    # env setup (first, so that a bad --env-id stops before any heavy work)
+    # env setup
     envs = make_envs(args)
     if args.capture_video:
         print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
@@ -288,174 +231,214 @@ def main(args: Args) -> None:
     dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
     values = torch.zeros((args.num_steps, args.num_envs)).to(device)
 
+    writer = make_writer(args, run_name)
+    # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
+    speed = Speed(writer, start_step=0, warmup_steps=args.measure_after * args.batch_size)
+    episodic_return = float("nan")
+
+    # TRY NOT TO MODIFY: start the game
+    global_step = 0
+    next_obs, _ = envs.reset()
+    next_obs = torch.as_tensor(next_obs).to(device)
+    next_done = torch.zeros(args.num_envs).to(device)
+
+    pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step")
+
+    for iteration in range(1, args.num_iterations + 1):
+        speed.tick(global_step)
+        # Annealing the rate if instructed to do so.
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            lrnow = frac * args.learning_rate
+            optimizer.param_groups[0]["lr"] = lrnow
+
+        for step in range(0, args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            dones[step] = next_done
+
+            # ALGO LOGIC: action logic
+            with torch.no_grad():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+                values[step] = value.flatten()
+            actions[step] = action
+            logprobs[step] = logprob
+
+            # TRY NOT TO MODIFY: execute the game and log data.
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+            next_done = np.logical_or(terminations, truncations)
+            rewards[step] = torch.tensor(reward).to(device).view(-1)
+            next_obs, next_done = torch.as_tensor(next_obs).to(device), torch.Tensor(next_done).to(device)
+
+            for _, episodic_return, episodic_length in episode_stats.update(infos, terminations, truncations):
+                writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                writer.add_scalar("charts/episodic_length", episodic_length, global_step)
+            pbar.update(args.num_envs)
+
+        # bootstrap value if not done
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).reshape(1, -1)
+            advantages = compute_gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+            returns = advantages + values
+
+        # flatten the batch
+        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
+        # envpool resets an env on the step after it was done (dones[t]): that step ignored the
+        # action and is no transition, so it is left out of the losses
+        b_valid = 1.0 - dones.reshape(-1)
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape((-1,) + envs.single_action_space.shape)
+        b_advantages = advantages.reshape(-1)
+        b_returns = returns.reshape(-1)
+        b_values = values.reshape(-1)
+
+        # Optimizing the policy and value network
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            # a torch permutation (CleanRL shuffles with numpy): the same stream as the optimized script
+            b_inds = torch.randperm(args.batch_size, device=device)
+            for start in range(0, args.batch_size, args.minibatch_size):
+                end = start + args.minibatch_size
+                mb_inds = b_inds[start:end]
+
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions.long()[mb_inds])
+                logratio = newlogprob - b_logprobs[mb_inds]
+                ratio = logratio.exp()
+                mb_valid = b_valid[mb_inds]
+                n_valid = mb_valid.sum().clamp(min=1.0)
+
+                with torch.no_grad():
+                    # calculate approx_kl http://joschu.net/blog/kl-approx.html
+                    old_approx_kl = masked_mean(-logratio, mb_valid, n_valid)
+                    approx_kl = masked_mean((ratio - 1) - logratio, mb_valid, n_valid)
+                    clipfracs += [masked_mean(((ratio - 1.0).abs() > args.clip_coef).float(), mb_valid, n_valid).item()]
+
+                mb_advantages = b_advantages[mb_inds]
+                if args.norm_adv:
+                    mean = masked_mean(mb_advantages, mb_valid, n_valid)
+                    std = (((mb_advantages - mean) ** 2 * mb_valid).sum() / (n_valid - 1).clamp(min=1.0)).sqrt()
+                    mb_advantages = (mb_advantages - mean) / (std + 1e-8)
+
+                # Policy loss
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), mb_valid, n_valid)
+
+                # Value loss
+                newvalue = newvalue.view(-1)
+                if args.clip_vloss:
+                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                    v_clipped = b_values[mb_inds] + torch.clamp(
+                        newvalue - b_values[mb_inds],
+                        -args.clip_coef,
+                        args.clip_coef,
+                    )
+                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                    v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
+                    v_loss = 0.5 * masked_mean(v_loss_max, mb_valid, n_valid)
+                else:
+                    v_loss = 0.5 * masked_mean((newvalue - b_returns[mb_inds]) ** 2, mb_valid, n_valid)
+
+                entropy_loss = masked_mean(entropy, mb_valid, n_valid)
+                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+
+            if args.target_kl is not None and approx_kl > args.target_kl:
+                break
+
+        # over the transitions only, as the losses: envpool's reset steps are left out
+        kept = (b_valid).cpu().numpy() > 0
+        y_pred, y_true = b_values.cpu().numpy()[kept], b_returns.cpu().numpy()[kept]
+        var_y = np.var(y_true) if len(y_true) else 0.0
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        # TRY NOT TO MODIFY: record rewards for plotting purposes
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+        writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        if (sps := speed.log(global_step)) is not None:
+            pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+
+    if args.save_model:
+        from evals import evaluate  # serves --save-model only: imported here, this file alone still trains
+
+        model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        torch.save({"algo": "ppo_atari", "args": asdict(args), "agent": agent.state_dict()}, model_path)
+        print(f"model saved to {model_path}")
+        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+
+
+# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+def check_args(args: Args) -> None:
+    positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
+                "eval_episodes"]
+    for name in positive + ["clip_coef", "max_grad_norm", "measure_after"]:
+        value = getattr(args, name)
+        if value < 0 or (value == 0 and name in positive):
+            fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
+    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
+        fail(f"--gamma and --gae-lambda must be in [0, 1], got {args.gamma} and {args.gae_lambda}")
+    batch = args.num_envs * args.num_steps
+    if batch % args.num_minibatches != 0:
+        fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
+    if args.total_timesteps < batch:
+        fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch (--num-envs x --num-steps = {batch})")
+
+
+def fail(message: str) -> None:
+    """A user's mistake: one line on stderr, exit code 2, no stack trace."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_writer(args: Args, run_name: str) -> SummaryWriter:
+    """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
     if args.track:
         import wandb
 
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=vars(args), name=run_name, save_code=True)
+        atexit.register(wandb.finish)
     writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    atexit.register(writer.close)  # registered last, runs first: before wandb.finish
+    return writer
 
-    # TRY NOT TO MODIFY: start the game
-    global_step = 0
-    # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
-    start_time = time.perf_counter()
-    measure_time, measure_step = None, 0
-    episodic_return = float("nan")
-    pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step")
-    try:
-        next_obs, _ = envs.reset()
-        next_obs = torch.as_tensor(next_obs).to(device)
-        next_done = torch.zeros(args.num_envs).to(device)
 
-        for iteration in range(1, args.num_iterations + 1):
-            if iteration == args.measure_after + 1:
-                measure_time, measure_step = time.perf_counter(), global_step
-                writer.add_scalar("charts/warmup_time", measure_time - start_time, global_step)
-            # Annealing the rate if instructed to do so.
-            if args.anneal_lr:
-                frac = 1.0 - (iteration - 1.0) / args.num_iterations
-                lrnow = frac * args.learning_rate
-                optimizer.param_groups[0]["lr"] = lrnow
+class Speed:
+    """`charts/SPS` over a window that starts `warmup_steps` after `start_step`, once the warm-up
+    (compilation, CUDA-graph capture) is over; `charts/warmup_time` is the time before it."""
 
-            for step in range(0, args.num_steps):
-                global_step += args.num_envs
-                obs[step] = next_obs
-                dones[step] = next_done
+    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int):
+        self.writer, self.steps, self.times = writer, (start_step, start_step + warmup_steps), {}
 
-                # ALGO LOGIC: action logic
-                with torch.no_grad():
-                    action, logprob, _, value = agent.get_action_and_value(next_obs)
-                    values[step] = value.flatten()
-                actions[step] = action
-                logprobs[step] = logprob
+    def tick(self, step: int) -> None:
+        if step in self.steps:
+            self.times[step] = time.perf_counter()
+            if step == self.steps[1]:
+                self.writer.add_scalar("charts/warmup_time", self.times[step] - self.times[self.steps[0]], step)
 
-                # TRY NOT TO MODIFY: execute the game and log data.
-                next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-                next_done = np.logical_or(terminations, truncations)
-                rewards[step] = torch.tensor(reward).to(device).view(-1)
-                next_obs, next_done = torch.as_tensor(next_obs).to(device), torch.Tensor(next_done).to(device)
-
-                for _, episodic_return, episodic_length in episode_stats.update(infos, terminations, truncations):
-                    writer.add_scalar("charts/episodic_return", episodic_return, global_step)
-                    writer.add_scalar("charts/episodic_length", episodic_length, global_step)
-                pbar.update(args.num_envs)
-
-            # bootstrap value if not done
-            with torch.no_grad():
-                next_value = agent.get_value(next_obs).reshape(1, -1)
-                advantages = compute_gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
-                returns = advantages + values
-
-            # flatten the batch
-            b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
-            # envpool resets an env on the step after it was done (dones[t]): that step ignored the
-            # action and is no transition, so it is left out of the losses
-            b_valid = 1.0 - dones.reshape(-1)
-            b_logprobs = logprobs.reshape(-1)
-            b_actions = actions.reshape((-1,) + envs.single_action_space.shape)
-            b_advantages = advantages.reshape(-1)
-            b_returns = returns.reshape(-1)
-            b_values = values.reshape(-1)
-
-            # Optimizing the policy and value network
-            clipfracs = []
-            for epoch in range(args.update_epochs):
-                # a torch permutation (CleanRL shuffles with numpy): the same stream as the optimized script
-                b_inds = torch.randperm(args.batch_size, device=device)
-                for start in range(0, args.batch_size, args.minibatch_size):
-                    end = start + args.minibatch_size
-                    mb_inds = b_inds[start:end]
-
-                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions.long()[mb_inds])
-                    logratio = newlogprob - b_logprobs[mb_inds]
-                    ratio = logratio.exp()
-                    mb_valid = b_valid[mb_inds]
-                    n_valid = mb_valid.sum().clamp(min=1.0)
-
-                    with torch.no_grad():
-                        # calculate approx_kl http://joschu.net/blog/kl-approx.html
-                        old_approx_kl = masked_mean(-logratio, mb_valid, n_valid)
-                        approx_kl = masked_mean((ratio - 1) - logratio, mb_valid, n_valid)
-                        clipfracs += [masked_mean(((ratio - 1.0).abs() > args.clip_coef).float(), mb_valid, n_valid).item()]
-
-                    mb_advantages = b_advantages[mb_inds]
-                    if args.norm_adv:
-                        mean = masked_mean(mb_advantages, mb_valid, n_valid)
-                        std = (((mb_advantages - mean) ** 2 * mb_valid).sum() / (n_valid - 1).clamp(min=1.0)).sqrt()
-                        mb_advantages = (mb_advantages - mean) / (std + 1e-8)
-
-                    # Policy loss
-                    pg_loss1 = -mb_advantages * ratio
-                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                    pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), mb_valid, n_valid)
-
-                    # Value loss
-                    newvalue = newvalue.view(-1)
-                    if args.clip_vloss:
-                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                        v_clipped = b_values[mb_inds] + torch.clamp(
-                            newvalue - b_values[mb_inds],
-                            -args.clip_coef,
-                            args.clip_coef,
-                        )
-                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                        v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
-                        v_loss = 0.5 * masked_mean(v_loss_max, mb_valid, n_valid)
-                    else:
-                        v_loss = 0.5 * masked_mean((newvalue - b_returns[mb_inds]) ** 2, mb_valid, n_valid)
-
-                    entropy_loss = masked_mean(entropy, mb_valid, n_valid)
-                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-
-                    optimizer.zero_grad()
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                    optimizer.step()
-
-                if args.target_kl is not None and approx_kl > args.target_kl:
-                    break
-
-            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
-            var_y = np.var(y_true)
-            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-
-            # TRY NOT TO MODIFY: record rewards for plotting purposes
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-            writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
-            writer.add_scalar("losses/explained_variance", explained_var, global_step)
-            if measure_time is not None:
-                sps = (global_step - measure_step) / (time.perf_counter() - measure_time)
-                writer.add_scalar("charts/SPS", sps, global_step)
-                pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
-
-        if args.save_model:
-            model_path = f"runs/{run_name}/{args.exp_name}.pt"
-            torch.save({"args": asdict(args), "agent": agent.state_dict()}, model_path)
-            print(f"model saved to {model_path}")
-            for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
-                writer.add_scalar("eval/episodic_return", episodic_return, idx)
-    except BaseException as err:
-        if not caused_by_ctrl_c(err):
-            raise
-        pbar.close()
-        print(f"interrupted at step {global_step}; logs kept in runs/{run_name}", file=sys.stderr)
-        sys.exit(130)
-    finally:
-        pbar.close()
-        envs.close()
-        writer.close()
-        if args.track:
-            wandb.finish()
+    def log(self, step: int) -> float | None:
+        if step <= self.steps[1] or self.steps[1] not in self.times:
+            return None
+        sps = (step - self.steps[1]) / (time.perf_counter() - self.times[self.steps[1]])
+        self.writer.add_scalar("charts/SPS", sps, step)
+        return sps
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    try:
+        main(tyro.cli(Args))
+    except KeyboardInterrupt:
+        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
+        sys.exit(130)

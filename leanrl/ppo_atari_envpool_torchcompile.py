@@ -17,21 +17,27 @@ the execution changes. Each optimization carries a comment saying what it saves:
   CUDA graphs (tensordict's `CudaGraphModule`);
 - no `.item()` in the hot loop: statistics stay on the device until logging.
 
-As in the eager script (and unlike CleanRL's):
+As in the eager script:
 - envpool resets an environment on the step *after* it reports done (a lost life
   or a finished game): that step ignores the action and returns reward 0. It is
-  not a transition, so it is masked out of the losses (`valid` below).
-- Episode statistics are the real game's: returns summed from the unclipped
-  rewards over all lives, logged once, when the last life is lost (or the game is
-  truncated), with the game's length in agent steps.
+  not a transition, so it is masked out of the losses and of the explained
+  variance (`valid` below); CleanRL's envpool script trains on it.
+- Episode statistics, as in CleanRL's script, are the real game's: the unclipped
+  rewards summed over all lives, logged when the last life is lost. Two things
+  differ: a game's length is envpool's count of its agent steps (CleanRL's also
+  counts the reset steps), and a truncated game (the 108k-frame limit) is logged
+  and its sum restarts (CleanRL logs it never and carries its sum into the next
+  game).
 
     python leanrl/ppo_atari_envpool_torchcompile.py --compile --cudagraphs
 """
 
+import atexit
 import os
 import random
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass
 
 import envpool
@@ -120,45 +126,6 @@ class Args:
     """the mini-batch size (computed in runtime)"""
     num_iterations: int = 0
     """the number of iterations (computed in runtime)"""
-
-
-def fail(message: str) -> None:
-    """Stop on a user's mistake: one line on stderr, exit code 2, no stack trace."""
-    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-def caused_by_ctrl_c(err: BaseException) -> bool:
-    """Whether a Ctrl-C is behind `err`. Library cleanup code can replace the KeyboardInterrupt by an
-    error of its own (tensordict's `to_module` context does on exit); the interrupt stays in the chain."""
-    for _ in range(16):  # an exception chain can loop: look a bounded way back
-        if err is None or isinstance(err, KeyboardInterrupt):
-            return err is not None
-        err = err.__cause__ or err.__context__
-    return False
-
-
-def check_args(args: Args) -> None:
-    positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
-                "eval_episodes"]
-    for name in positive:
-        if not getattr(args, name) > 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    for name in ["clip_coef", "max_grad_norm", "measure_after"]:
-        if getattr(args, name) < 0:
-            fail(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-    for name in ["gamma", "gae_lambda"]:
-        if not 0.0 <= getattr(args, name) <= 1.0:
-            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
-    args.batch_size = int(args.num_envs * args.num_steps)
-    if args.batch_size % args.num_minibatches != 0:
-        fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch "
-             f"(--num-envs x --num-steps = {args.batch_size})")
-    if args.total_timesteps < args.batch_size:
-        fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch "
-             f"(--num-envs x --num-steps = {args.batch_size})")
-    args.minibatch_size = int(args.batch_size // args.num_minibatches)
-    args.num_iterations = args.total_timesteps // args.batch_size
 
 
 def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):
@@ -267,34 +234,11 @@ def chunk_size(num_steps: int, most: int = 64) -> int:
     return max(c for c in range(1, min(most, num_steps) + 1) if num_steps % c == 0)
 
 
-def load_policy(model_path: str, device: str | torch.device = "cpu"):
-    """Rebuild the agent saved by --save-model; returns (agent, args dict)."""
-    checkpoint = torch.load(model_path, map_location=device, weights_only=True)
-    envs = make_envs(Args(env_id=checkpoint["args"]["env_id"]), num_envs=1)
-    agent = Agent(envs, device=device)
-    agent.load_state_dict(checkpoint["agent"])
-    envs.close()
-    return agent.eval(), checkpoint["args"]
-
-
-def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: str | torch.device = "cpu"):
-    """Play `eval_episodes` whole games with the saved policy (actions sampled, as in training);
-    returns their unclipped returns."""
-    agent, saved_args = load_policy(model_path, device)
-    envs = make_envs(Args(env_id=saved_args["env_id"]), num_envs=1, seed=seed)
-    stats, returns = EpisodeStats(1), []
-    obs, _ = envs.reset()
-    while len(returns) < eval_episodes:
-        with torch.no_grad():
-            action, _, _, _ = agent.get_action_and_value(torch.as_tensor(obs, device=device))
-        obs, _, terminated, truncated, info = envs.step(action.cpu().numpy())
-        returns += [r for _, r, _ in stats.update(info, terminated, truncated)]
-    envs.close()
-    return returns
-
-
 def main(args: Args) -> None:
-    check_args(args)
+    check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
+    args.batch_size = int(args.num_envs * args.num_steps)
+    args.minibatch_size = int(args.batch_size // args.num_minibatches)
+    args.num_iterations = args.total_timesteps // args.batch_size
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
 
     # TRY NOT TO MODIFY: seeding
@@ -303,11 +247,11 @@ def main(args: Args) -> None:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    if args.cudagraphs and device.type != "cuda":
+    graphs = args.cudagraphs and device.type == "cuda"
+    if args.cudagraphs and not graphs:
         print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
-        args.cudagraphs = False
 
-    # env setup (first, so that a bad --env-id stops before any heavy work)
+    # env setup
     envs = make_envs(args)
     if args.capture_video:
         print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
@@ -316,9 +260,11 @@ def main(args: Args) -> None:
     # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
     agent_inference = Agent(envs, device="meta")
     from_module(agent).data.to_module(agent_inference, preserve_module_state=False)
-    # the learning rate is a tensor annealed in place: compiled code and CUDA graphs read its new value
+    # the learning rate is a tensor annealed in place: compiled code and CUDA graphs read its new value;
+    # fused: one kernel per step, its state on the device; capturable under CUDA graphs: a replayed step
+    # reads its step count on the device
     optimizer = optim.Adam(agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
-                           fused=True)  # fused: one kernel per step, its state on the device
+                           fused=True, capturable=graphs)
     episode_stats = EpisodeStats(args.num_envs)
 
     # ALGO Logic: Storage setup, one TensorDict preallocated on the device (frames kept as uint8)
@@ -399,8 +345,10 @@ def main(args: Args) -> None:
 
     gae_chunk_fn = gae_chunk
     if args.compile:
-        # Compiled code draws eager's random numbers, so that --compile reproduces a run without it.
-        torch._inductor.config.fallback_random = True
+        if device.type == "cpu":
+            # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
+            # without it (the contract); on a GPU inductor's own generator is faster and stays on
+            torch._inductor.config.fallback_random = True
         # trace loss.backward() into the compiled graph: forward and backward become one graph
         torch._dynamo.config.trace_autograd_ops = True
         policy = torch.compile(policy)
@@ -409,121 +357,170 @@ def main(args: Args) -> None:
         loss_and_grads = torch.compile(loss_and_grads)
 
     if args.cudagraphs:
-        policy = CudaGraphModule(policy)
-        gae = CudaGraphModule(gae)
-        # the whole minibatch update (zero_grad, forward, backward, clipping, step) as one graph replay
-        update = CudaGraphModule(update, in_keys=[], out_keys=[])
+        # the acting step, GAE and the whole minibatch update (zero_grad, forward, backward, clipping,
+        # step) each become one graph replay; the warm-up calls before the capture let compilation
+        # finish (without CUDA: called directly)
+        warnings.filterwarnings("ignore", "This module is instantiated on a machine without CUDA")
+        warmup = 4 if args.compile else 2
+        policy = CudaGraphModule(policy, warmup=warmup)
+        gae = CudaGraphModule(gae, warmup=warmup)
+        update = CudaGraphModule(update, in_keys=[], out_keys=[], warmup=warmup)
 
+    writer = make_writer(args, run_name)
+    # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
+    speed = Speed(writer, start_step=0, warmup_steps=args.measure_after * args.batch_size)
+    episodic_return = float("nan")
+
+    # TRY NOT TO MODIFY: start the game
+    global_step = 0
+    next_obs, _ = envs.reset()
+    next_obs = torch.as_tensor(next_obs, device=device)  # uint8: a quarter of the bytes of floats
+    next_done = torch.zeros(args.num_envs, device=device)
+
+    pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step")
+
+    for iteration in range(1, args.num_iterations + 1):
+        speed.tick(global_step)
+        # Annealing the rate if instructed to do so.
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # in place: no recompilation
+
+        for step in range(0, args.num_steps):
+            global_step += args.num_envs
+
+            # ALGO LOGIC: action logic
+            action, logprob, value = policy(next_obs)
+            for key, x in (("obs", next_obs), ("dones", next_done), ("actions", action), ("logprobs", logprob),
+                           ("values", value)):
+                rollout[key][step] = x  # in place, on the device
+
+            # TRY NOT TO MODIFY: execute the game and log data.
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+            rollout["rewards"][step] = torch.as_tensor(reward, device=device)
+            next_done = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
+            next_obs = torch.as_tensor(next_obs, device=device)
+
+            for _, episodic_return, episodic_length in episode_stats.update(infos, terminations, truncations):
+                writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                writer.add_scalar("charts/episodic_length", episodic_length, global_step)
+            pbar.update(args.num_envs)
+
+        # bootstrap value if not done
+        rollout["advantages"], rollout["returns"] = gae(
+            rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done
+        )
+
+        # flatten the batch
+        batch = rollout.reshape(-1)
+
+        # Optimizing the policy and value network
+        stats = []
+        for epoch in range(args.update_epochs):
+            b_inds = torch.randperm(args.batch_size, device=device)
+            for start in range(0, args.batch_size, args.minibatch_size):
+                end = start + args.minibatch_size
+                stats.append(update(batch[b_inds[start:end]]))
+
+            if args.target_kl is not None and stats[-1]["approx_kl"] > args.target_kl:  # a host sync, opt-in
+                break
+
+        # the only reads of device values, once per iteration
+        last = stats[-1]
+        # over the transitions only, as the losses: envpool's reset steps are left out
+        kept = (1.0 - batch["dones"]).cpu().numpy() > 0
+        y_pred, y_true = batch["values"].cpu().numpy()[kept], batch["returns"].cpu().numpy()[kept]
+        var_y = np.var(y_true) if len(y_true) else 0.0
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        # TRY NOT TO MODIFY: record rewards for plotting purposes
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
+        writer.add_scalar("losses/value_loss", last["value_loss"].item(), global_step)
+        writer.add_scalar("losses/policy_loss", last["policy_loss"].item(), global_step)
+        writer.add_scalar("losses/entropy", last["entropy"].item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", last["old_approx_kl"].item(), global_step)
+        writer.add_scalar("losses/approx_kl", last["approx_kl"].item(), global_step)
+        writer.add_scalar("losses/clipfrac", torch.stack([s["clipfrac"] for s in stats]).mean().item(), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        if (sps := speed.log(global_step)) is not None:
+            pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+
+    if args.save_model:
+        from evals import evaluate  # serves --save-model only: imported here, this file alone still trains
+
+        model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        torch.save({"algo": "ppo_atari", "args": asdict(args), "agent": agent.state_dict()}, model_path)
+        print(f"model saved to {model_path}")
+        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+
+
+# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+def check_args(args: Args) -> None:
+    positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
+                "eval_episodes"]
+    for name in positive + ["clip_coef", "max_grad_norm", "measure_after"]:
+        value = getattr(args, name)
+        if value < 0 or (value == 0 and name in positive):
+            fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
+    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
+        fail(f"--gamma and --gae-lambda must be in [0, 1], got {args.gamma} and {args.gae_lambda}")
+    batch = args.num_envs * args.num_steps
+    if batch % args.num_minibatches != 0:
+        fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
+    if args.total_timesteps < batch:
+        fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch (--num-envs x --num-steps = {batch})")
+
+
+def fail(message: str) -> None:
+    """A user's mistake: one line on stderr, exit code 2, no stack trace."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_writer(args: Args, run_name: str) -> SummaryWriter:
+    """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
     if args.track:
         import wandb
 
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=vars(args), name=run_name, save_code=True)
+        atexit.register(wandb.finish)
     writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    atexit.register(writer.close)  # registered last, runs first: before wandb.finish
+    return writer
 
-    # TRY NOT TO MODIFY: start the game
-    global_step = 0
-    # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
-    start_time = time.perf_counter()
-    measure_time, measure_step = None, 0
-    episodic_return = float("nan")
-    pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step")
-    try:
-        next_obs, _ = envs.reset()
-        next_obs = torch.as_tensor(next_obs, device=device)  # uint8: a quarter of the bytes of floats
-        next_done = torch.zeros(args.num_envs, device=device)
 
-        for iteration in range(1, args.num_iterations + 1):
-            if iteration == args.measure_after + 1:
-                measure_time, measure_step = time.perf_counter(), global_step
-                writer.add_scalar("charts/warmup_time", measure_time - start_time, global_step)
-            # Annealing the rate if instructed to do so.
-            if args.anneal_lr:
-                frac = 1.0 - (iteration - 1.0) / args.num_iterations
-                optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # in place: no recompilation
+class Speed:
+    """`charts/SPS` over a window that starts `warmup_steps` after `start_step`, once the warm-up
+    (compilation, CUDA-graph capture) is over; `charts/warmup_time` is the time before it."""
 
-            for step in range(0, args.num_steps):
-                global_step += args.num_envs
+    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int):
+        self.writer, self.steps, self.times = writer, (start_step, start_step + warmup_steps), {}
 
-                # ALGO LOGIC: action logic
-                action, logprob, value = policy(next_obs)
-                for key, value in (("obs", next_obs), ("dones", next_done), ("actions", action),
-                                   ("logprobs", logprob), ("values", value)):
-                    rollout[key][step] = value  # in place, on the device
+    def tick(self, step: int) -> None:
+        if step in self.steps:
+            self.times[step] = time.perf_counter()
+            if step == self.steps[1]:
+                self.writer.add_scalar("charts/warmup_time", self.times[step] - self.times[self.steps[0]], step)
 
-                # TRY NOT TO MODIFY: execute the game and log data.
-                next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-                rollout["rewards"][step] = torch.as_tensor(reward, device=device)
-                next_done = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
-                next_obs = torch.as_tensor(next_obs, device=device)
-
-                for _, episodic_return, episodic_length in episode_stats.update(infos, terminations, truncations):
-                    writer.add_scalar("charts/episodic_return", episodic_return, global_step)
-                    writer.add_scalar("charts/episodic_length", episodic_length, global_step)
-                pbar.update(args.num_envs)
-
-            # bootstrap value if not done
-            rollout["advantages"], rollout["returns"] = gae(
-                rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done
-            )
-
-            # flatten the batch
-            batch = rollout.reshape(-1)
-
-            # Optimizing the policy and value network
-            stats = []
-            for epoch in range(args.update_epochs):
-                b_inds = torch.randperm(args.batch_size, device=device)
-                for start in range(0, args.batch_size, args.minibatch_size):
-                    end = start + args.minibatch_size
-                    stats.append(update(batch[b_inds[start:end]]))
-
-                if args.target_kl is not None and stats[-1]["approx_kl"] > args.target_kl:  # a host sync, opt-in
-                    break
-
-            # the only reads of device values, once per iteration
-            last = stats[-1]
-            y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
-            var_y = np.var(y_true)
-            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-
-            # TRY NOT TO MODIFY: record rewards for plotting purposes
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
-            writer.add_scalar("losses/value_loss", last["value_loss"].item(), global_step)
-            writer.add_scalar("losses/policy_loss", last["policy_loss"].item(), global_step)
-            writer.add_scalar("losses/entropy", last["entropy"].item(), global_step)
-            writer.add_scalar("losses/old_approx_kl", last["old_approx_kl"].item(), global_step)
-            writer.add_scalar("losses/approx_kl", last["approx_kl"].item(), global_step)
-            writer.add_scalar("losses/clipfrac", torch.stack([s["clipfrac"] for s in stats]).mean().item(), global_step)
-            writer.add_scalar("losses/explained_variance", explained_var, global_step)
-            if measure_time is not None:
-                sps = (global_step - measure_step) / (time.perf_counter() - measure_time)
-                writer.add_scalar("charts/SPS", sps, global_step)
-                pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
-
-        if args.save_model:
-            model_path = f"runs/{run_name}/{args.exp_name}.pt"
-            torch.save({"args": asdict(args), "agent": agent.state_dict()}, model_path)
-            print(f"model saved to {model_path}")
-            for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
-                writer.add_scalar("eval/episodic_return", episodic_return, idx)
-    except BaseException as err:
-        if not caused_by_ctrl_c(err):
-            raise
-        pbar.close()
-        print(f"interrupted at step {global_step}; logs kept in runs/{run_name}", file=sys.stderr)
-        sys.exit(130)
-    finally:
-        pbar.close()
-        envs.close()
-        writer.close()
-        if args.track:
-            wandb.finish()
+    def log(self, step: int) -> float | None:
+        if step <= self.steps[1] or self.steps[1] not in self.times:
+            return None
+        sps = (step - self.steps[1]) / (time.perf_counter() - self.times[self.steps[1]])
+        self.writer.add_scalar("charts/SPS", sps, step)
+        return sps
 
 
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    try:
+        main(tyro.cli(Args))
+    except BaseException as err:
+        # a Ctrl-C inside a tensordict `to_module` context leaves it as a RuntimeError: look down the chain
+        while err is not None and not isinstance(err, KeyboardInterrupt):
+            err = err.__context__
+        if err is None:
+            raise
+        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
+        sys.exit(130)
