@@ -3,37 +3,32 @@
 The Atari PPO scripts step all envs at once (`envs.step`), then run the policy on all
 frames. With `batch_size < num_envs`, `recv` returns the first envs that finish while the
 others still simulate, so the policy's forward pass for one half can overlap the other
-half's emulation. This measures the rollout alone (Nature-CNN forward pass with random
-weights, the scripts' channels-last layout, no update), both ways, in alternating rounds:
+half's emulation. This measures the rollout alone (the optimized script's agent and acting
+step, random weights, no update), both ways, in alternating rounds:
 
     python benchmarks/envpool_async.py --env-id Breakout-v5 --num-envs 8 --steps 2048 --rounds 5
 """
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import envpool
 import numpy as np
 import torch
-from torch import nn
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import load_script  # noqa: E402
 
-def nature_cnn(num_actions: int) -> nn.Module:
-    return nn.Sequential(
-        nn.Conv2d(4, 32, 8, stride=4), nn.ReLU(),
-        nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-        nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
-        nn.Flatten(), nn.Linear(64 * 7 * 7, 512), nn.ReLU(),
-        nn.Linear(512, num_actions),
-    ).to(memory_format=torch.channels_last)
+ATARI = load_script("ppo_atari_envpool_torchcompile")
 
 
 @torch.inference_mode()
-def act(net: nn.Module, obs: np.ndarray) -> np.ndarray:
-    x = torch.from_numpy(obs).float().div_(255).contiguous(memory_format=torch.channels_last)
-    logits = net(x)
-    return torch.multinomial(logits.softmax(-1), 1)[:, 0].numpy()
+def act(agent, obs: np.ndarray) -> np.ndarray:
+    """The optimized script's acting step: uint8 frames in, a sampled action per env out."""
+    return agent.get_action_and_value(torch.from_numpy(obs))[0].numpy()
 
 
 def make(env_id: str, num_envs: int, batch_size: int):
@@ -41,7 +36,7 @@ def make(env_id: str, num_envs: int, batch_size: int):
                         episodic_life=True, reward_clip=True, seed=1)
 
 
-def sync_rollout(env_id: str, num_envs: int, steps: int, net: nn.Module) -> float:
+def sync_rollout(env_id: str, num_envs: int, steps: int, net) -> float:
     """Environment steps per second of step-all-then-act, as the scripts do."""
     envs = make(env_id, num_envs, num_envs)
     obs, _ = envs.reset()
@@ -53,7 +48,7 @@ def sync_rollout(env_id: str, num_envs: int, steps: int, net: nn.Module) -> floa
     return sps
 
 
-def async_rollout(env_id: str, num_envs: int, steps: int, net: nn.Module) -> float:
+def async_rollout(env_id: str, num_envs: int, steps: int, net) -> float:
     """Environment steps per second when the policy acts on each half while the other half simulates."""
     half = num_envs // 2
     envs = make(env_id, num_envs, half)
@@ -78,7 +73,7 @@ def main():
         parser.error("--num-envs must be even and at least 2")
 
     torch.manual_seed(0)
-    net = nature_cnn(make(args.env_id, 1, 1).action_space.n)
+    net = ATARI.Agent(make(args.env_id, 1, 1)).to(memory_format=torch.channels_last)  # as the script builds it
     results = {"sync (step all, then act)": [], "async (two halves)": []}
     for _ in range(args.rounds):  # alternate, so that the machine's drift falls on both
         results["sync (step all, then act)"].append(sync_rollout(args.env_id, args.num_envs, args.steps, net))

@@ -22,7 +22,6 @@ own settings on its first call; a recompile while timing is an error.
 
 import argparse
 import copy
-import importlib.util
 import statistics
 import sys
 import time
@@ -33,14 +32,8 @@ import gymnasium as gym
 import torch
 from tensordict import from_modules
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def load(script: str):
-    spec = importlib.util.spec_from_file_location(script, REPO / "leanrl" / f"{script}.py")
-    module = sys.modules[script] = importlib.util.module_from_spec(spec)  # compiled code looks it up there
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import load_script as load  # noqa: E402
 
 
 SAC = load("sac_continuous_action")

@@ -196,7 +196,9 @@ class ReplayBuffer:
         self.full = self.full or self.pos == 0
 
     def sample(self, batch_size: int) -> TensorDict:
-        idx = torch.randint(0, self.size if self.full else self.pos, (batch_size,), device=self.device)
+        # the indices come from the CPU generator, as in the eager script: the same batches on a GPU too,
+        # for one small copy (no sync) to the device
+        idx = torch.randint(0, self.size if self.full else self.pos, (batch_size,)).to(self.device, non_blocking=True)
         return self.data[idx]
 
 

@@ -1,9 +1,9 @@
 """Shared test helpers: run a script of leanrl/ in a folder of its own, read what it logged."""
 
-import importlib.util
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -11,11 +11,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import REPO, SCRIPTS, load_script  # noqa: E402, F401  (load_script: for the tests)
 from benchmarks.events import read_scalars  # noqa: E402
-
-SCRIPTS = REPO / "leanrl"
 ENV = {
     **os.environ,
     "PYTHONUNBUFFERED": "1",
@@ -156,12 +154,27 @@ def check_flag_run(run: Run, config: tuple[str, ...], tags: list[str], logs: int
     assert run.stderr.count(CUDAGRAPHS_WARNING) == ("--cudagraphs" in config)
 
 
-def load_script(script: str):
-    """Import a script of leanrl/ as a module (its training loop only runs under __main__)."""
-    spec = importlib.util.spec_from_file_location(script, SCRIPTS / f"{script}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def wandb_history(path: Path) -> dict[str, list]:
+    """The history records of an offline wandb run file (`run-*.wandb`): {key: [values]}. The file is a
+    LevelDB-style log (a 7-byte file header, 32 KiB blocks of records with a 7-byte header each) of
+    wandb's `Record` protobufs; wandb 0.31 ships no Python reader for it."""
+    from wandb.proto import wandb_internal_pb2
+
+    raw, block, pos, chunk, history = path.read_bytes(), 32768, 7, b"", {}
+    while pos + 7 <= len(raw):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", raw[pos:pos + 7])
+        chunk, pos = chunk + raw[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind in (1, 4):  # a full record, or the last piece of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(chunk)
+            chunk = b""
+            if record.WhichOneof("record_type") == "history":
+                for item in record.history.item:
+                    history.setdefault(item.key or "/".join(item.nested_key), []).append(item.value_json)
+    return history
 
 
 class RunCache:

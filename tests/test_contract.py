@@ -8,7 +8,8 @@ import re
 from dataclasses import dataclass, fields
 
 import pytest
-from helpers import ctrl_c_inside, interrupt_script, load_script, run_script, with_flag
+import torch
+from helpers import ctrl_c_inside, interrupt_script, load_script, run_script, wandb_history, with_flag
 
 
 @dataclass
@@ -122,9 +123,14 @@ def test_ctrl_c_inside_a_to_module_context(script, tmp_path):
     assert run.values("charts/episodic_return"), sorted(run.scalars)
 
 
+def saved_and_tracked(script, cached_run):
+    """One short run per script with --save-model and --track (offline), shared by the tests below."""
+    return cached_run(script, *SPECS[script].short, "--save-model", "--eval-episodes", "2", "--track").check()
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_save_model_loads_back_and_acts(script, tmp_path):
-    run = run_script(script, *SPECS[script].short, "--save-model", "--eval-episodes", "2", cwd=tmp_path).check()
+def test_save_model_loads_back_and_acts(script, cached_run):
+    run = saved_and_tracked(script, cached_run)
     models = list(run.run_dir.glob("*.pt"))
     assert len(models) == 1, list(run.run_dir.iterdir())
     assert len(run.values("eval/episodic_return")) == 2
@@ -135,10 +141,27 @@ def test_save_model_loads_back_and_acts(script, tmp_path):
     assert len(returns) == 1 and math.isfinite(returns[0])
 
 
+@pytest.mark.parametrize("eager", [s for s in SCRIPTS if not s.endswith("_torchcompile")])
+def test_both_scripts_of_a_pair_save_the_same_checkpoint(eager, cached_run):
+    """A model saved by either script loads the same way: same algorithm, same networks, same tensor names
+    and shapes (the optimized SAC and TD3 keep their critics stacked, and save them apart)."""
+    a, b = (torch.load(next(saved_and_tracked(s, cached_run).run_dir.glob("*.pt")), weights_only=True)
+            for s in (eager, f"{eager}_torchcompile"))
+    assert sorted(a) == sorted(b) and a["algo"] == b["algo"]
+    for key in a:
+        if isinstance(a[key], dict) and key != "args":
+            layout = lambda d: {k: getattr(v, "shape", type(v)) for k, v in d.items()}  # noqa: E731
+            assert layout(a[key]) == layout(b[key]), key
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_track_offline(script, tmp_path):
-    run = run_script(script, *SPECS[script].short, "--track", cwd=tmp_path).check()
-    assert list((tmp_path / "wandb").glob("offline-run-*")), "no offline wandb run was written"
+def test_track_offline_holds_the_scalars(script, cached_run):
+    run = saved_and_tracked(script, cached_run)
+    offline = list((run.cwd / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(offline) == 1, "no offline wandb run was written"
+    history = wandb_history(offline[0])
+    for tag, points in run.scalars.items():
+        assert len(history.get(tag, [])) == len(points), f"{tag}: {len(points)} logged, {history.get(tag)} in wandb"
 
 
 def test_every_script_has_a_spec():

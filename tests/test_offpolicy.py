@@ -2,8 +2,10 @@
 numbers match its eager twin's and its own with --compile, a seed gives the same numbers twice,
 and both scripts of each pair learn Pendulum."""
 
+import gymnasium as gym
 import pytest
-from helpers import assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, run_script
+import torch
+from helpers import assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, load_script, run_script
 
 # 400 updates on Pendulum: losses logged at steps 300, 400, 500; three episodes of 200 steps
 SHORT = ("--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-starts", "200", "--seed", "3")
@@ -75,6 +77,42 @@ THRESHOLD = -400
 @pytest.mark.parametrize("pair,config", [(p, c) for p in PAIRS for c in [(eager(p),), (fast(p), "--compile")]],
                          ids=lambda x: " ".join(x) if isinstance(x, tuple) else x)
 def test_learns_pendulum(pair, config, tmp_path):
-    run = run_script(*config, *LEARN[pair], cwd=tmp_path).check()
+    run = run_script(*config, *LEARN[pair], "--save-model", "--eval-episodes", "5", cwd=tmp_path).check()
     last = run.values("charts/episodic_return")[-5:]
     assert sum(last) / len(last) > THRESHOLD, f"last episodes: {last}"
+    # the saved policy, played back (SAC: its mean action; TD3: with its exploration noise), swings the
+    # pendulum up as the trained one did (a policy loaded wrong scores as a random one, about -1256)
+    evaluated = run.values("eval/episodic_return")
+    assert len(evaluated) == 5 and sum(evaluated) / 5 > THRESHOLD, f"evaluation: {evaluated}, training: {last}"
+
+
+# InvertedPendulum-v4 terminates when the pole leans more than 0.2 rad (observation 1) and, registered
+# here with a 7-step time limit, is truncated after 7 steps: random actions (the first steps of a run)
+# give both ends.
+gym.register("InvertedPendulumShort-v4", entry_point="gymnasium.envs.mujoco.inverted_pendulum_v4:InvertedPendulumEnv",
+             max_episode_steps=7)
+
+
+@pytest.mark.parametrize("script", [s for pair in PAIRS for s in (eager(pair), fast(pair))])
+def test_buffer_cuts_the_bootstrap_at_terminations_only(script, tmp_path, monkeypatch):
+    """Run the script in this process on a task with terminations and truncations, then read its replay
+    buffer: a stored `done` marks a termination (the pole fell), never a truncation, and a truncated
+    episode's last transition keeps its true last observation (not the next episode's first)."""
+    module, buffers = load_script(script), []
+
+    class Recorded(module.ReplayBuffer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            buffers.append(self)
+
+    monkeypatch.setattr(module, "ReplayBuffer", Recorded)
+    monkeypatch.chdir(tmp_path)
+    module.main(module.Args(env_id="InvertedPendulumShort-v4", total_timesteps=300, learning_starts=250, seed=4))
+    data = {k: torch.as_tensor(v[:300]).reshape(300, -1) for k, v in buffers[0].data.items()}
+    fell = data["next_observations"][:, 1].abs() > 0.2
+    assert data["dones"].flatten().bool().tolist() == fell.tolist()
+    continues = (data["next_observations"][:-1] == data["observations"][1:]).all(1)
+    ends = ~continues
+    truncated = ends & ~fell[:-1]
+    assert fell.sum() >= 5 and truncated.sum() >= 5, (fell.sum(), truncated.sum())
+    assert (data["observations"][1:][truncated].abs().max(1).values <= 0.01).all()  # a reset state follows

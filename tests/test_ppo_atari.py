@@ -9,10 +9,12 @@ from helpers import (PPO_LOSSES, assert_close_logs, assert_identical_logs, check
                      run_script)
 
 EAGER, FAST = "ppo_atari_envpool", "ppo_atari_envpool_torchcompile"
-# 4 iterations of 2 envs x 32 steps on Breakout: losses logged 4 times, fps from the second on
-SHORT = ("--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "256",
+# 4 iterations of 2 envs x 64 steps on Breakout: losses logged 4 times, fps from the second on, and
+# two games end (at steps 342 and 398, returns 1 and 2)
+SHORT = ("--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512",
          "--num-minibatches", "2", "--update-epochs", "2", "--seed", "7")
 LOSSES = PPO_LOSSES
+GAMES = ["charts/episodic_return", "charts/episodic_length"]
 CONFIGS = flag_configs(EAGER, FAST)
 
 
@@ -24,18 +26,20 @@ def test_every_flag_combination_runs_and_logs(config, cached_run):
 
 
 # Same random numbers, same formulas; only the rounding of compiled kernels differs. Over 4
-# iterations (16 minibatch updates) every logged value agrees within 1e-4 relative.
+# iterations (16 minibatch updates) every logged value agrees within 1e-4 relative, and the games
+# played (the actions sampled from the policy) are the same.
 TOL = dict(rtol=1e-4, atol=1e-6)
 
 
 def test_compile_gives_the_numbers_of_no_compile(cached_run):
     plain, compiled = cached_run(FAST, *SHORT).check(), cached_run(FAST, "--compile", *SHORT).check()
-    assert_close_logs(compiled, plain, LOSSES, **TOL)
+    assert_close_logs(compiled, plain, LOSSES + GAMES, **TOL)
 
 
 def test_optimized_script_learns_what_the_eager_one_learns(cached_run):
     eager, fast = cached_run(EAGER, *SHORT).check(), cached_run(FAST, *SHORT).check()
-    assert_close_logs(fast, eager, LOSSES, **TOL)
+    assert len(eager.values("charts/episodic_return")) == 2
+    assert_close_logs(fast, eager, LOSSES + GAMES, **TOL)
 
 
 @pytest.mark.parametrize("script", [EAGER, FAST])

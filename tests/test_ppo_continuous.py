@@ -115,6 +115,31 @@ THRESHOLD = 500
 @pytest.mark.slow
 @pytest.mark.parametrize("config", [(EAGER,), (FAST, "--compile")], ids=" ".join)
 def test_learns_inverted_pendulum(config, tmp_path):
-    run = run_script(*config, *LEARN, cwd=tmp_path).check()
+    run = run_script(*config, *LEARN, "--save-model", "--eval-episodes", "5", cwd=tmp_path).check()
     last = run.values("charts/episodic_return")[-5:]
     assert sum(last) / len(last) > THRESHOLD, f"last episodes: {last}"
+    # the saved policy, played back with its mean action and the frozen training normalization, holds
+    # the pole as the trained one did (a policy loaded wrong balances for a few steps, as a random one)
+    evaluated = run.values("eval/episodic_return")
+    assert len(evaluated) == 5 and sum(evaluated) / 5 > THRESHOLD, f"evaluation: {evaluated}, training: {last}"
+
+
+def test_evaluation_freezes_the_observation_normalization():
+    """evals.freeze_normalization loads the saved statistics into the NormalizeObservation wrapper and
+    stops it updating them, however many steps are played (the wrapper's own flag; gymnasium's
+    set_wrapper_attr would stop at NormalizeReward, which has a flag of the same name)."""
+    evals, module = load_script("evals"), load_script(EAGER)
+    envs = module.make_envs(module.Args(env_id="Pendulum-v1"), "", num_envs=1)
+    saved = {"mean": torch.tensor([0.5, -0.5, 1.0]), "var": torch.tensor([2.0, 3.0, 4.0]), "count": 123.0}
+    evals.freeze_normalization(envs, saved)
+    envs.reset(seed=0)
+    envs.action_space.seed(0)
+    for _ in range(50):
+        obs, *_ = envs.step(envs.action_space.sample())
+    rms = envs.envs[0].get_wrapper_attr("obs_rms")
+    assert rms.count == 123.0
+    np.testing.assert_array_equal(rms.mean, saved["mean"].numpy())
+    np.testing.assert_array_equal(rms.var, saved["var"].numpy())
+    raw = envs.envs[0].unwrapped._get_obs()  # Pendulum: (cos, sin, angular velocity)
+    expected = np.clip((raw - saved["mean"].numpy()) / np.sqrt(saved["var"].numpy() + 1e-8), -10, 10)
+    np.testing.assert_allclose(obs[0], expected, rtol=1e-5)
