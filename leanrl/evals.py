@@ -11,6 +11,7 @@ script's classes, so a model saved by either script of a pair loads the same way
 """
 
 import importlib.util
+import random
 import sys
 from pathlib import Path
 
@@ -19,7 +20,8 @@ import torch
 
 # algorithm -> the eager script whose classes rebuild its policy
 SCRIPTS = {"sac": "sac_continuous_action", "td3": "td3_continuous_action", "ppo_continuous": "ppo_continuous_action",
-           "ppo_atari": "ppo_atari_envpool"}
+           "ppo_atari": "ppo_atari_envpool", "dqn": "dqn"}
+EVAL_EPSILON = 0.05  # DQN plays ε-greedy with a small ε, as CleanRL's evaluation does
 
 
 def script(name: str):
@@ -45,6 +47,10 @@ def _load(checkpoint: dict, device):
         env = module.make_env(saved["env_id"], seed=0)
         policy = module.Actor(env)
         policy.load_state_dict(checkpoint["actor"])
+    elif algo == "dqn":
+        env = module.make_env(saved["env_id"], seed=0)
+        policy = module.QNetwork(env)
+        policy.load_state_dict(checkpoint["q_network"])
     elif algo == "ppo_continuous":
         env = module.make_envs(module.Args(env_id=saved["env_id"], gamma=saved["gamma"]), "", num_envs=1)
         policy = module.Agent(env)
@@ -70,22 +76,30 @@ def freeze_normalization(envs: gym.vector.SyncVectorEnv, obs_rms: dict) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: str | torch.device = "cpu"):
-    """Play `eval_episodes` episodes with the saved policy; returns their returns. SAC and TD3 act with
-    their deterministic action, continuous PPO with its mean action under the frozen training
-    normalization, Atari PPO samples its actions (as in training) and counts whole games."""
+    """Play `eval_episodes` episodes with the saved policy; returns their returns. SAC acts with its mean
+    action, TD3 with its exploration noise and DQN ε-greedily with ε = 0.05 (as CleanRL's evaluations
+    do), continuous PPO with its mean action under the frozen training normalization; Atari PPO samples
+    its actions (as in training) and counts whole games."""
     checkpoint = torch.load(model_path, map_location=device, weights_only=True)
     policy, saved, obs_rms = _load(checkpoint, device)
     algo = checkpoint["algo"]
     module = script(SCRIPTS[algo])
     returns = []
     with torch.no_grad():
-        if algo in ("sac", "td3"):
-            env = module.make_env(saved["env_id"], seed)
-            act = (lambda x: policy.get_action(x)[2]) if algo == "sac" else policy
+        if algo in ("sac", "td3", "dqn"):
+            env, rng = module.make_env(saved["env_id"], seed), random.Random(seed)
+
+            def act(x):
+                if algo == "sac":
+                    return policy.get_action(x)[2][0].cpu().numpy()
+                if algo == "td3":
+                    action = policy(x)[0] + torch.normal(0, policy.action_scale * saved["exploration_noise"])
+                    return action.cpu().numpy().clip(env.action_space.low, env.action_space.high)
+                return env.action_space.sample() if rng.random() < EVAL_EPSILON else policy(x).argmax().item()
+
             obs, _ = env.reset(seed=seed)
             while len(returns) < eval_episodes:
-                action = act(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])[0]
-                obs, _, _, _, info = env.step(action.cpu().numpy())
+                obs, _, _, _, info = env.step(act(torch.as_tensor(obs, device=device, dtype=torch.float32)[None]))
                 if "episode" in info:
                     returns.append(float(info["episode"]["r"]))
                     obs, _ = env.reset()

@@ -37,7 +37,15 @@ ATARI = dict(
     wrong_space=("CartPole-v1", "Atari"),
     interrupt_after=800,
 )
+DQN = dict(
+    short=["--env-id", "CartPole-v1", "--total-timesteps", "1200", "--learning-starts", "500"],
+    wrong_space=("Pendulum-v1", "discrete"),
+    interrupt_after=900,
+)
 SPECS = {
+    "dqn": Spec(**DQN, bad_sizes=[("--buffer-size", "64"), ("--learning-rate", "0"), ("--start-e", "1.5")]),
+    "dqn_torchcompile": Spec(**DQN, bad_sizes=[("--batch-size", "0"), ("--train-frequency", "0"),
+                                               ("--total-timesteps", "500")]),
     "sac_continuous_action": Spec(
         **OFF_POLICY, bad_sizes=[("--batch-size", "0"), ("--q-lr", "0"), ("--policy-lr", "-0.001"),
                                ("--total-timesteps", "100")]),

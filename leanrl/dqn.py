@@ -1,0 +1,305 @@
+"""Deep Q-Network (DQN) for discrete actions: the eager PyTorch reference.
+
+CleanRL's `dqn.py` algorithm and defaults: a 120-84 MLP Q-network, ε-greedy
+exploration annealed linearly from 1 to 0.05 over half the run, a 10k-transition
+replay buffer, one Adam update (batch 128) every 10 steps from step 10k, and a hard
+copy to the target network every 500 steps. Read it next to `dqn_torchcompile.py`,
+which learns the same thing faster. Unlike CleanRL's script, this one steps a single
+gymnasium environment (no vector env) and keeps its replay buffer in a small class
+below.
+
+    python leanrl/dqn.py --env-id CartPole-v1
+"""
+
+import atexit
+import copy
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from types import SimpleNamespace
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+import tqdm
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when it is available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "leanrl"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the trained model (and evaluate it) in the run's folder"""
+    eval_episodes: int = 10
+    """episodes played by the saved policy after training (with --save-model)"""
+
+    # Algorithm specific arguments
+    env_id: str = "CartPole-v1"
+    """the id of the environment"""
+    total_timesteps: int = 500000
+    """total timesteps of the experiments"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    buffer_size: int = 10000
+    """the replay memory buffer size"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    tau: float = 1.0
+    """the target network update rate"""
+    target_network_frequency: int = 500
+    """the timesteps it takes to update the target network"""
+    batch_size: int = 128
+    """the batch size of sample from the reply memory"""
+    start_e: float = 1
+    """the starting epsilon for exploration"""
+    end_e: float = 0.05
+    """the ending epsilon for exploration"""
+    exploration_fraction: float = 0.5
+    """the fraction of `total-timesteps` it takes from start-e to go end-e"""
+    learning_starts: int = 10000
+    """timestep to start learning"""
+    train_frequency: int = 10
+    """the frequency of training"""
+    measure_after: int = 20
+    """updates left out of the fps window (the warm-up: compilation, CUDA-graph capture)"""
+
+
+def make_env(env_id: str, seed: int, capture_video: bool = False, run_name: str = "") -> gym.Env:
+    """One environment with episode statistics; a user's bad id or action space stops here."""
+    try:
+        env = gym.make(env_id, render_mode="rgb_array" if capture_video else None)
+    except gym.error.Error as e:
+        fail(f"--env-id {env_id!r}: {e}")
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        fail(f"--env-id {env_id!r}: DQN needs a discrete action space, got {env.action_space}")
+    if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
+        fail(f"--env-id {env_id!r}: needs a flat Box observation space, got {env.observation_space}")
+    if capture_video:
+        env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    env.action_space.seed(seed)
+    return env
+
+
+# ALGO LOGIC: initialize agent here:
+class QNetwork(nn.Module):
+    def __init__(self, env):
+        super().__init__()
+        self.network = nn.Sequential(
+            nn.Linear(np.array(env.observation_space.shape).prod(), 120),
+            nn.ReLU(),
+            nn.Linear(120, 84),
+            nn.ReLU(),
+            nn.Linear(84, env.action_space.n),
+        )
+
+    def forward(self, x):
+        return self.network(x)
+
+
+def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
+    slope = (end_e - start_e) / duration
+    return max(slope * t + start_e, end_e)
+
+
+class ReplayBuffer:
+    """A circular buffer of transitions in CPU tensors; batches go to `device` when sampled."""
+
+    def __init__(self, size: int, obs_dim: int, device: torch.device, seed: int):
+        # the batches are drawn from a generator of their own: exploring does not shift them
+        self.generator = torch.Generator().manual_seed(seed)
+        dims = dict(observations=obs_dim, next_observations=obs_dim, actions=1, rewards=1, dones=1)
+        self.data = {key: torch.zeros(size, dim, dtype=torch.long if key == "actions" else torch.float32)
+                     for key, dim in dims.items()}
+        self.size, self.pos, self.full, self.device = size, 0, False, device
+
+    def add(self, obs, next_obs, action, reward, done):
+        for key, value in zip(self.data, (obs, next_obs, action, reward, done)):
+            self.data[key][self.pos] = torch.as_tensor(value)
+        self.pos = (self.pos + 1) % self.size
+        self.full = self.full or self.pos == 0
+
+    def sample(self, batch_size: int) -> SimpleNamespace:
+        idx = torch.randint(0, self.size if self.full else self.pos, (batch_size,), generator=self.generator)
+        return SimpleNamespace(**{key: value[idx].to(self.device) for key, value in self.data.items()})
+
+
+def main(args: Args) -> None:
+    check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    # env setup
+    env = make_env(args.env_id, args.seed, args.capture_video, run_name)
+
+    q_network = QNetwork(env).to(device)
+    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate)
+    target_network = copy.deepcopy(q_network)  # the target starts as an exact copy
+
+    rb = ReplayBuffer(args.buffer_size, env.observation_space.shape[0], device, args.seed)
+    writer = make_writer(args, run_name)
+    # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
+    speed = Speed(writer, start_step=args.learning_starts + 1, warmup_steps=args.measure_after * args.train_frequency)
+    episodic_return = float("nan")
+
+    # TRY NOT TO MODIFY: start the game
+    obs, _ = env.reset(seed=args.seed)
+    pbar = tqdm.trange(args.total_timesteps, desc=args.exp_name, unit="step")
+    for global_step in pbar:
+        # ALGO LOGIC: put action logic here
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+        if random.random() < epsilon:
+            action = env.action_space.sample()
+        else:
+            with torch.no_grad():
+                q_values = q_network(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])
+            action = torch.argmax(q_values, dim=1)[0].item()
+
+        # TRY NOT TO MODIFY: execute the game and log data.
+        next_obs, reward, terminated, truncated, info = env.step(action)
+
+        # TRY NOT TO MODIFY: record rewards for plotting purposes
+        if "episode" in info:
+            episodic_return = float(info["episode"]["r"])
+            writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+            writer.add_scalar("charts/episodic_length", int(info["episode"]["l"]), global_step)
+
+        # the buffer keeps the true next observation; only a termination (not a time-limit truncation)
+        # cuts the bootstrap
+        rb.add(obs, next_obs, action, reward, terminated)
+
+        # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
+        obs = next_obs
+        if terminated or truncated:
+            obs, _ = env.reset()
+
+        # ALGO LOGIC: training.
+        if global_step > args.learning_starts:
+            speed.tick(global_step)
+            if global_step % args.train_frequency == 0:
+                data = rb.sample(args.batch_size)
+                with torch.no_grad():
+                    target_max, _ = target_network(data.next_observations).max(dim=1)
+                    td_target = data.rewards.flatten() + args.gamma * target_max * (1 - data.dones.flatten())
+                old_val = q_network(data.observations).gather(1, data.actions).squeeze()
+                loss = F.mse_loss(td_target, old_val)
+
+                if global_step % 100 == 0:
+                    writer.add_scalar("losses/td_loss", loss.item(), global_step)
+                    writer.add_scalar("losses/q_values", old_val.mean().item(), global_step)
+                    writer.add_scalar("charts/epsilon", epsilon, global_step)
+                    if (sps := speed.log(global_step)) is not None:
+                        pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+
+                # optimize the model
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+            # update target network
+            if global_step % args.target_network_frequency == 0:
+                for target_param, q_param in zip(target_network.parameters(), q_network.parameters()):
+                    target_param.data.copy_(args.tau * q_param.data + (1.0 - args.tau) * target_param.data)
+
+    if args.save_model:
+        from evals import evaluate  # serves --save-model only: imported here, this file alone still trains
+
+        model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        torch.save({"algo": "dqn", "args": asdict(args), "q_network": q_network.state_dict()}, model_path)
+        print(f"model saved to {model_path}")
+        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+
+
+# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+def check_args(args: Args) -> None:
+    positive = ["total_timesteps", "learning_rate", "buffer_size", "batch_size", "target_network_frequency",
+                "train_frequency", "exploration_fraction", "eval_episodes"]
+    for name in positive + ["learning_starts", "measure_after", "start_e", "end_e"]:
+        value = getattr(args, name)
+        if value < 0 or (value == 0 and name in positive):
+            fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
+    if not (0.0 <= args.gamma <= 1.0 and 0.0 < args.tau <= 1.0):
+        fail(f"--gamma must be in [0, 1] and --tau in (0, 1], got {args.gamma} and {args.tau}")
+    if args.start_e > 1 or args.end_e > 1:
+        fail(f"--start-e and --end-e must be probabilities, got {args.start_e} and {args.end_e}")
+    if args.total_timesteps <= args.learning_starts:
+        fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
+    if args.batch_size > args.buffer_size:
+        fail(f"--batch-size ({args.batch_size}) must not exceed --buffer-size ({args.buffer_size})")
+
+
+def fail(message: str) -> None:
+    """A user's mistake: one line on stderr, exit code 2, no stack trace."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_writer(args: Args, run_name: str) -> SummaryWriter:
+    """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_name, save_code=True)
+        atexit.register(wandb.finish)
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    atexit.register(writer.close)  # registered last, runs first: before wandb.finish
+    return writer
+
+
+class Speed:
+    """`charts/SPS` over a window that starts `warmup_steps` after `start_step`, once the warm-up
+    (compilation, CUDA-graph capture) is over; `charts/warmup_time` is the time before it."""
+
+    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int):
+        self.writer, self.steps, self.times = writer, (start_step, start_step + warmup_steps), {}
+
+    def tick(self, step: int) -> None:
+        if step in self.steps:
+            self.times[step] = time.perf_counter()
+            if step == self.steps[1]:
+                self.writer.add_scalar("charts/warmup_time", self.times[step] - self.times[self.steps[0]], step)
+
+    def log(self, step: int) -> float | None:
+        if step <= self.steps[1] or self.steps[1] not in self.times:
+            return None
+        sps = (step - self.steps[1]) / (time.perf_counter() - self.times[self.steps[1]])
+        self.writer.add_scalar("charts/SPS", sps, step)
+        return sps
+
+
+if __name__ == "__main__":
+    try:
+        main(tyro.cli(Args))
+    except KeyboardInterrupt:
+        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
+        sys.exit(130)
