@@ -16,11 +16,12 @@ import sys
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 # algorithm -> the eager script whose classes rebuild its policy
 SCRIPTS = {"sac": "sac_continuous_action", "td3": "td3_continuous_action", "ppo_continuous": "ppo_continuous_action",
-           "ppo_atari": "ppo_atari_envpool", "dqn": "dqn"}
+           "ppo_atari": "ppo_atari_envpool", "dqn": "dqn", "dqn_atari": "dqn_atari_envpool"}
 EVAL_EPSILON = 0.05  # DQN plays ε-greedy with a small ε, as CleanRL's evaluation does
 
 
@@ -55,6 +56,10 @@ def _load(checkpoint: dict, device):
         env = module.make_envs(module.Args(env_id=saved["env_id"], gamma=saved["gamma"]), "", num_envs=1)
         policy = module.Agent(env)
         policy.load_state_dict(checkpoint["agent"])
+    elif algo == "dqn_atari":
+        env = module.make_envs(module.Args(env_id=saved["env_id"]))
+        policy = module.QNetwork(env)
+        policy.load_state_dict(checkpoint["q_network"])
     else:  # ppo_atari
         env = module.make_envs(module.Args(env_id=saved["env_id"]), num_envs=1)
         policy = module.Agent(env)
@@ -79,7 +84,7 @@ def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: st
     """Play `eval_episodes` episodes with the saved policy; returns their returns. SAC acts with its mean
     action, TD3 with its exploration noise and DQN ε-greedily with ε = 0.05 (as CleanRL's evaluations
     do), continuous PPO with its mean action under the frozen training normalization; Atari PPO samples
-    its actions (as in training) and counts whole games."""
+    its actions (as in training); Atari DQN plays ε-greedily too; both count whole games."""
     checkpoint = torch.load(model_path, map_location=device, weights_only=True)
     policy, saved, obs_rms = _load(checkpoint, device)
     algo = checkpoint["algo"]
@@ -113,13 +118,19 @@ def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: st
                 if "final_info" in infos and "episode" in infos["final_info"]:
                     finished = infos["final_info"]["_episode"]
                     returns += [float(r) for r in infos["final_info"]["episode"]["r"][finished]]
-        else:  # ppo_atari: whole games, unclipped rewards
+        else:  # Atari: whole games, unclipped rewards
             env = module.make_envs(module.Args(env_id=saved["env_id"]), num_envs=1, seed=seed)
-            stats = module.EpisodeStats(1)
+            stats, rng = module.EpisodeStats(1), random.Random(seed)
+            env.single_action_space.seed(seed)
             obs, _ = env.reset()
             while len(returns) < eval_episodes:
-                action, _, _, _ = policy.get_action_and_value(torch.as_tensor(obs, device=device))
-                obs, _, terminated, truncated, info = env.step(action.cpu().numpy())
+                if algo == "ppo_atari":
+                    action = policy.get_action_and_value(torch.as_tensor(obs, device=device))[0].cpu().numpy()
+                elif rng.random() < EVAL_EPSILON:
+                    action = np.array([env.single_action_space.sample()])
+                else:
+                    action = policy(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
+                obs, _, terminated, truncated, info = env.step(action)
                 returns += [r for _, r, _ in stats.update(info, terminated, truncated)]
     env.close()
     return returns[:eval_episodes]

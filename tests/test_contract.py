@@ -42,7 +42,14 @@ DQN = dict(
     wrong_space=("Pendulum-v1", "discrete"),
     interrupt_after=900,
 )
+DQN_ATARI = dict(
+    short=["--env-id", "Breakout-v5", "--total-timesteps", "600", "--learning-starts", "300", "--buffer-size", "1000"],
+    wrong_space=("CartPole-v1", "Atari"),
+    interrupt_after=700,
+)
 SPECS = {
+    "dqn_atari_envpool": Spec(**DQN_ATARI, bad_sizes=[("--buffer-size", "16"), ("--end-e", "-0.1")]),
+    "dqn_atari_envpool_torchcompile": Spec(**DQN_ATARI, bad_sizes=[("--train-frequency", "0"), ("--gamma", "1.5")]),
     "dqn": Spec(**DQN, bad_sizes=[("--buffer-size", "64"), ("--learning-rate", "0"), ("--start-e", "1.5")]),
     "dqn_torchcompile": Spec(**DQN, bad_sizes=[("--batch-size", "0"), ("--train-frequency", "0"),
                                                ("--total-timesteps", "500")]),

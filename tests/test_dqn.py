@@ -3,6 +3,7 @@ twin's (with exploration off: the two draw their ε-greedy choices from differen
 own with --compile, a seed gives the same numbers twice, ε-greedy on the device picks what it should,
 and both CartPole scripts learn."""
 
+import envpool
 import numpy as np
 import pytest
 import torch
@@ -80,3 +81,103 @@ def test_learns_cartpole(config, tmp_path):
     # the saved network, played back ε-greedily (ε = 0.05), balances the pole too
     evaluated = run.values("eval/episodic_return")
     assert len(evaluated) == 5 and np.mean(evaluated) > EVAL_THRESHOLD, f"evaluation: {evaluated}"
+
+
+ATARI_EAGER, ATARI_FAST = "dqn_atari_envpool", "dqn_atari_envpool_torchcompile"
+# Breakout: 300 updates' worth of steps from step 400 (one every 4 steps), losses logged at every 100th
+# step from 500 to 1100 (7 times), a 1000-slot buffer that wraps around, a few games
+ATARI = ("--env-id", "Breakout-v5", "--total-timesteps", "1200", "--learning-starts", "400", "--buffer-size", "1000",
+         "--target-network-frequency", "200", "--seed", "3")
+ATARI_GREEDY = ATARI + ("--start-e", "0", "--end-e", "0")
+ATARI_CONFIGS = flag_configs(ATARI_EAGER, ATARI_FAST)
+
+
+@pytest.mark.parametrize("config", ATARI_CONFIGS, ids=" ".join)
+def test_atari_every_flag_combination_runs_and_logs(config, cached_run):
+    run = cached_run(*config, *ATARI)
+    check_flag_run(run, config, LOSSES, logs=7)
+    assert run.values("charts/episodic_return")
+
+
+def test_atari_compile_gives_the_numbers_of_no_compile(cached_run):
+    plain, compiled = cached_run(ATARI_FAST, *ATARI).check(), cached_run(ATARI_FAST, "--compile", *ATARI).check()
+    assert_close_logs(compiled, plain, LOSSES + ["charts/episodic_return"], **TOL)
+
+
+# The optimized script runs its convolutions in the channels-last layout, whose kernels round
+# differently: over 175 updates the Q-values drift apart by up to 1e-3 relative (the games are the same).
+def test_atari_optimized_script_learns_what_the_eager_one_learns(cached_run):
+    eager, fast = cached_run(ATARI_EAGER, *ATARI_GREEDY).check(), cached_run(ATARI_FAST, *ATARI_GREEDY).check()
+    assert_close_logs(fast, eager, LOSSES, rtol=1e-2, atol=1e-6)
+    assert_close_logs(fast, eager, ["charts/episodic_return", "charts/episodic_length"], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("script", [ATARI_EAGER, ATARI_FAST])
+def test_atari_same_seed_same_numbers(script, cached_run, tmp_path):
+    again = run_script(script, *ATARI, cwd=tmp_path).check()
+    assert_identical_logs(cached_run(script, *ATARI).check(), again)
+
+
+@pytest.mark.parametrize("script", [ATARI_EAGER, ATARI_FAST])
+def test_frame_buffer_returns_what_a_naive_buffer_returns(script):
+    """Play Breakout at random (lost lives, finished games, games truncated at 150 steps) into a 128-slot
+    frame buffer, wrapping around it five times, and record each transition with its full stacks as a
+    naive buffer would. Every transition the frame buffer holds, and every one it samples, is exactly the
+    naive one: its stacks never straddle a game boundary or the write head; it holds no reset step; and
+    it holds every transition whose frames are still there."""
+    module, capacity, steps = load_script(script), 128, 700
+    envs = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=1, episodic_life=True, reward_clip=True,
+                        seed=3, max_episode_steps=150)
+    rb = module.ReplayBuffer(capacity, (84, 84), torch.device("cpu"), seed=0)
+    obs, info = envs.reset()
+    rb.start(obs, info)
+    naive, obs_done, rng, ends = [], False, np.random.default_rng(0), {"life": 0, "game": 0, "truncated": 0}
+    for _ in range(steps):
+        action = rng.integers(0, envs.single_action_space.n, size=1)
+        next_obs, reward, terminated, truncated, info = envs.step(action)
+        rb.add(action[0], reward[0], terminated[0], truncated[0], next_obs, info)
+        # (observation, action, reward, next observation, done); None for envpool's reset steps
+        naive.append(None if obs_done else (obs[0], int(action[0]), float(reward[0]), next_obs[0], float(terminated[0])))
+        ends["truncated" if truncated[0] else "game" if info["lives"][0] == 0 else "life"] += bool(terminated[0] or truncated[0])
+        obs_done, obs = bool(terminated[0] or truncated[0]), next_obs
+    assert min(ends.values()) >= 2, ends  # the trace holds every kind of end
+
+    def held(slots):
+        slots = torch.as_tensor(slots)
+        return list(zip(rb.stacks(slots).cpu().numpy(), rb.actions[slots].tolist(), rb.rewards[slots].tolist(),
+                        rb.stacks((slots + 1) % capacity).cpu().numpy(), rb.dones[slots].tolist()))
+
+    # slot s % capacity holds step s's observation; the last 128 observations are steps 573..700
+    valid = [s for s in range(steps - capacity + 1, steps + 1) if rb.valid[s % capacity]]
+    assert all(naive[s] is not None for s in valid), "a reset step is held as a transition"
+    full_history = [s for s in range(steps - capacity + 4, steps) if naive[s] is not None]
+    assert set(full_history) <= set(valid), "a transition whose frames are all there is missing"
+    for s, got in zip(valid, held([s % capacity for s in valid])):
+        assert_same_transition(got, naive[s])
+    batch = rb.sample(256)
+    batch = batch if hasattr(batch, "keys") else vars(batch)  # a TensorDict, or the eager script's namespace
+    keys = ("observations", "actions", "rewards", "next_observations", "dones")
+    in_window = {naive[s][0].tobytes() + naive[s][3].tobytes() + bytes([naive[s][1]]): naive[s] for s in valid}
+    for i in range(256):
+        got = tuple(batch[k][i] for k in keys)
+        key = got[0].cpu().numpy().tobytes() + got[3].cpu().numpy().tobytes() + bytes([int(got[1])])
+        assert key in in_window, "a sampled transition is not one of the buffer's"
+        assert_same_transition((got[0].cpu().numpy(), int(got[1]), float(got[2]), got[3].cpu().numpy(), float(got[4])),
+                               in_window[key])
+
+
+def assert_same_transition(got, expected):
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[3], expected[3])
+    assert got[1:3] + got[4:] == expected[1:3] + expected[4:]
+
+
+@pytest.mark.parametrize("script", [ATARI_EAGER, ATARI_FAST])
+def test_the_default_buffer_fits_in_8_gb(script):
+    """A slot holds one 84x84 frame and 25 bytes of bookkeeping: the default 1M slots take 7.1 GB (a naive
+    buffer of stacked observations and next observations: 56 GB)."""
+    module = load_script(script)
+    rb = module.ReplayBuffer(1000, (84, 84), torch.device("cpu"), seed=0)
+    per_slot = sum(t.element_size() * t[0].numel() for t in vars(rb).values() if isinstance(t, torch.Tensor))
+    assert per_slot == 84 * 84 + 25
+    assert module.Args().buffer_size * per_slot < 7.1e9

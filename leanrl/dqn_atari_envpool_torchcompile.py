@@ -1,0 +1,446 @@
+"""Deep Q-Network (DQN) on Atari through envpool, made fast.
+
+The algorithm and defaults of `dqn_atari_envpool.py`; only the execution changes.
+Each optimization carries a comment saying what it saves:
+
+- the replay buffer keeps its frames (each stored once, as uint8) on the training
+  device and rebuilds the stacks there: a batch is a gather on the device, and a
+  frame crosses from the host once, when it is stored; its bookkeeping (a few
+  numbers per slot) stays on the host, where reading it costs no sync;
+- ε-greedy actions are picked on the device, the random draw included: no host
+  branch, one function that compiles and replays as a CUDA graph;
+- frames and convolutions in the channels-last layout;
+- the target network is updated with one fused `lerp_`;
+- `--compile`: `torch.compile` of the loss with its backward pass (the fused
+  optimizer step stays eager: one kernel), and of the acting step on a GPU;
+- `--cudagraphs`: the whole update, and the acting step, replayed as one CUDA
+  graph each (tensordict's `CudaGraphModule`): no kernel-launch overhead on a GPU;
+- no `.item()` in the hot loop but the action handed to the environment.
+
+The two scripts draw the same batches (the replay buffer has a generator of its
+own); the eager one draws its ε-greedy choices from Python's generator, as CleanRL
+does, and this one from torch's, on the device. With exploration off (`--start-e 0
+--end-e 0`) their runs can be compared number for number on the CPU.
+
+    python leanrl/dqn_atari_envpool_torchcompile.py --compile --cudagraphs
+"""
+
+import atexit
+import os
+import random
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass
+
+import envpool
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+import tqdm
+import tyro
+from tensordict import TensorDict, from_module
+from tensordict.nn import CudaGraphModule
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when it is available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "leanrl"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the trained model (and evaluate it) in the run's folder"""
+    eval_episodes: int = 10
+    """episodes played by the saved policy after training (with --save-model)"""
+
+    # Algorithm specific arguments
+    env_id: str = "Breakout-v5"
+    """the id of the environment"""
+    total_timesteps: int = 10000000
+    """total timesteps of the experiments"""
+    learning_rate: float = 1e-4
+    """the learning rate of the optimizer"""
+    buffer_size: int = 1000000
+    """the replay memory buffer size"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    tau: float = 1.0
+    """the target network update rate"""
+    target_network_frequency: int = 1000
+    """the timesteps it takes to update the target network"""
+    batch_size: int = 32
+    """the batch size of sample from the reply memory"""
+    start_e: float = 1
+    """the starting epsilon for exploration"""
+    end_e: float = 0.01
+    """the ending epsilon for exploration"""
+    exploration_fraction: float = 0.10
+    """the fraction of `total-timesteps` it takes from start-e to go end-e"""
+    learning_starts: int = 80000
+    """timestep to start learning"""
+    train_frequency: int = 4
+    """the frequency of training"""
+    measure_after: int = 20
+    """updates left out of the fps window (the warm-up: compilation, CUDA-graph capture)"""
+
+    compile: bool = False
+    """whether to use torch.compile"""
+    cudagraphs: bool = False
+    """whether to use CUDA graphs (needs CUDA)"""
+
+
+def make_envs(args: Args, num_envs: int = 1, seed: int | None = None):
+    """envpool's Atari vector env, of one env as in CleanRL's DQN; a user's bad id stops here."""
+    if args.env_id not in envpool.list_all_envs():
+        fail(f"--env-id {args.env_id!r}: envpool has no such environment (Atari ids look like Breakout-v5)")
+    if type(envpool.make_spec(args.env_id)).__name__ != "AtariEnvSpec":
+        fail(f"--env-id {args.env_id!r}: not an Atari game (this script is for envpool's Atari ids, e.g. Breakout-v5)")
+    envs = envpool.make(
+        args.env_id,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        episodic_life=True,
+        reward_clip=True,
+        seed=args.seed if seed is None else seed,
+    )
+    return envs
+
+
+class EpisodeStats:
+    """Whole-game statistics from envpool's info: the unclipped rewards summed over all lives,
+    reported once per game, when its last life is lost or it is truncated."""
+
+    def __init__(self, num_envs: int):
+        self.returns = np.zeros(num_envs)
+
+    def update(self, info: dict, terminated: np.ndarray, truncated: np.ndarray) -> list[tuple[int, float, int]]:
+        """Add one step; returns (env index, game return, game length in agent steps) of each finished game."""
+        self.returns += info["reward"]  # unclipped (the env's reward is clipped for training)
+        game_over = (terminated & (info["lives"] == 0)) | truncated
+        finished = [(int(i), float(self.returns[i]), int(info["elapsed_step"][i])) for i in np.flatnonzero(game_over)]
+        self.returns[game_over] = 0.0
+        return finished
+
+
+# ALGO LOGIC: initialize agent here:
+class QNetwork(nn.Module):
+    def __init__(self, env, device=None):
+        super().__init__()
+        self.network = nn.Sequential(
+            nn.Conv2d(4, 32, 8, stride=4, device=device),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2, device=device),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1, device=device),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(3136, 512, device=device),
+            nn.ReLU(),
+            nn.Linear(512, env.single_action_space.n, device=device),
+        )
+
+    def forward(self, x):
+        # uint8 frames become floats here, on the device, in the channels-last layout that oneDNN's
+        # CPU convolutions run fastest (see ppo_atari_envpool_torchcompile.py)
+        return self.network(x.contiguous(memory_format=torch.channels_last) / 255.0)
+
+
+def epsilon_greedy(q_values, epsilon):
+    """ε-greedy actions picked on the device: a random action and the greedy one are both computed and
+    `torch.where` keeps one, with no host branch on a random draw (nothing to sync, one graph)."""
+    explore = torch.rand(q_values.shape[:-1], device=q_values.device) < epsilon
+    random_actions = torch.randint(0, q_values.shape[-1], q_values.shape[:-1], device=q_values.device)
+    return torch.where(explore, random_actions, q_values.argmax(dim=-1))
+
+
+def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
+    slope = (end_e - start_e) / duration
+    return max(slope * t + start_e, end_e)
+
+
+class ReplayBuffer:
+    """A circular buffer of transitions that stores each frame once, on the training device, where the
+    batches are gathered; its bookkeeping stays in CPU tensors (reading it costs no sync).
+
+    Slot t holds the newest frame of observation t, the action taken from it, the reward and the
+    termination that followed, and how many earlier frames of the same game its stack of 4 shows (up
+    to 3). The stack is rebuilt from those frames; envpool stacks a game's first frame 4 times, and the
+    rebuilt stack repeats it the same way, so no stack reaches into the previous game. Observation
+    t + 1, in slot t + 1, is the next observation. A slot is no transition when its observation ended
+    an episode (the next step is envpool's reset step), when no action was taken from it yet (the write
+    head), or when the write head has overwritten a frame its stack needs."""
+
+    def __init__(self, size: int, frame_shape: tuple, device: torch.device, seed: int):
+        self.frames = torch.zeros((size, *frame_shape), dtype=torch.uint8, device=device)
+        self.back = torch.zeros(size, dtype=torch.long)  # earlier frames of the same game in the stack, up to 3
+        self.actions, self.rewards = torch.zeros(size, dtype=torch.long), torch.zeros(size)
+        self.dones, self.valid = torch.zeros(size), torch.zeros(size, dtype=torch.bool)
+        self.size, self.pos, self.full, self.obs_done, self.device = size, 0, False, False, device
+        # the batches are drawn from a generator of their own: exploring does not shift them
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def start(self, obs, info):
+        """The first observation of the run (one env)."""
+        self.write_obs(obs[0], game_start=True)
+
+    def add(self, action, reward, terminated, truncated, next_obs, info):
+        p = self.pos
+        self.actions[p], self.rewards[p], self.dones[p] = int(action), float(reward), float(terminated)
+        self.valid[p] = not self.obs_done  # from a done observation, the next step is envpool's reset step
+        self.obs_done = bool(terminated or truncated)
+        self.pos = (p + 1) % self.size
+        self.full = self.full or self.pos == 0
+        self.write_obs(next_obs[0], game_start=info["elapsed_step"][0] == 0)
+
+    def write_obs(self, obs, game_start: bool):
+        p = self.pos
+        for j in (1, 2, 3):  # the stacks that reach back to the frame overwritten here are gone
+            q = (p + j) % self.size
+            self.valid[q] &= self.back[q] < j
+        self.frames[p] = torch.as_tensor(obs[-1]).to(self.device, non_blocking=True)  # one frame crosses, as uint8
+        self.back[p] = 0 if game_start else min(int(self.back[p - 1]) + 1, 3)
+        self.valid[p] = False  # no action taken from it yet
+
+    def stacks(self, slots):
+        """The stacks of 4 frames of the observations in `slots`, as envpool returned them."""
+        offsets = torch.minimum(torch.arange(3, -1, -1), self.back[slots, None])
+        return self.frames[((slots[:, None] - offsets) % self.size).to(self.device, non_blocking=True)]
+
+    def sample(self, batch_size: int) -> TensorDict:
+        # uniform over the slots that hold transitions: the first `batch_size` valid ones among 4x as many
+        # uniform draws (the buffer's invalid slots are a few percent: too few valid is all but impossible)
+        candidates = torch.randint(0, self.size if self.full else self.pos, (4 * batch_size,), generator=self.generator)
+        slots = candidates[torch.argsort((~self.valid[candidates]).byte(), stable=True)[:batch_size]]
+        small = TensorDict(actions=self.actions[slots, None], rewards=self.rewards[slots], dones=self.dones[slots])
+        return small.to(self.device, non_blocking=True).update(
+            observations=self.stacks(slots), next_observations=self.stacks((slots + 1) % self.size))
+
+
+def main(args: Args) -> None:
+    check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    graphs = args.cudagraphs and device.type == "cuda"
+    if args.cudagraphs and not graphs:
+        print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
+
+    # env setup
+    envs = make_envs(args)
+    if args.capture_video:
+        print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
+    envs.single_action_space.seed(args.seed)
+    episode_stats = EpisodeStats(1)
+
+    q_network = QNetwork(envs, device=device).to(memory_format=torch.channels_last)  # see QNetwork.forward
+    q_params = from_module(q_network).data  # detached views of the weights, shared storage
+    # fused: one kernel per step, its state on the device; capturable under CUDA graphs: a replayed step
+    # reads its step count on the device
+    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True, capturable=graphs)
+    # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
+    q_network_detach = QNetwork(envs, device="meta")
+    q_params.to_module(q_network_detach, preserve_module_state=False)
+    # the target network: a copy of the weights run by a "meta" shell (the target starts as an exact copy)
+    target_params = q_params.clone()
+    target_network = QNetwork(envs, device="meta")
+    target_params.to_module(target_network, preserve_module_state=False)
+    # ε lives in a device tensor updated in place: compiled code and CUDA graphs read its new value
+    epsilon = torch.tensor(args.start_e, dtype=torch.float32, device=device)
+
+    rb = ReplayBuffer(args.buffer_size, envs.single_observation_space.shape[1:], device, args.seed)
+
+    def policy(obs, epsilon):
+        return epsilon_greedy(q_network_detach(obs), epsilon)
+
+    def loss_and_grads(data):
+        with torch.no_grad():
+            target_max, _ = target_network(data["next_observations"]).max(dim=1)
+            td_target = data["rewards"].flatten() + args.gamma * target_max * (1 - data["dones"].flatten())
+        old_val = q_network(data["observations"]).gather(1, data["actions"]).squeeze()
+        loss = F.mse_loss(td_target, old_val)
+        loss.backward()
+        return TensorDict(td_loss=loss.detach(), q_values=old_val.detach().mean())
+
+    def update(data):
+        optimizer.zero_grad()
+        out = loss_and_grads(data)  # forward and backward
+        optimizer.step()
+        return out
+
+    def update_target():
+        # one fused lerp over every weight instead of a Python loop of copies (tau = 1: a hard copy)
+        target_params.lerp_(q_params, args.tau)
+
+    if args.compile:
+        if device.type == "cpu":
+            # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
+            # without it (the contract); on a GPU inductor's own generator is faster and stays on
+            torch._inductor.config.fallback_random = True
+        # trace loss.backward() into the compiled graph: forward and backward become one graph
+        torch._dynamo.config.trace_autograd_ops = True
+        # the optimizer step stays eager: one fused kernel, that compiled would add graph breaks
+        loss_and_grads = torch.compile(loss_and_grads)
+        if device.type == "cuda":
+            # on a CPU the compiled acting step loses: at batch 1 its call overhead outweighs the
+            # saving (benchmarks/inference.py)
+            policy = torch.compile(policy)
+
+    if args.cudagraphs:
+        # the whole update (zero_grad, forward, backward, optimizer step), the acting step and the target
+        # copy each become one graph replay; the warm-up calls before the capture let compilation
+        # finish (without CUDA: called directly)
+        warnings.filterwarnings("ignore", "This module is instantiated on a machine without CUDA")
+        warmup = 4 if args.compile else 2
+        update = CudaGraphModule(update, in_keys=[], out_keys=[], warmup=warmup)
+        update_target = CudaGraphModule(update_target, warmup=warmup)  # takes no input: the tensor path
+        policy = CudaGraphModule(policy, warmup=warmup)
+
+    writer = make_writer(args, run_name)
+    # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
+    speed = Speed(writer, start_step=args.learning_starts + 1, warmup_steps=args.measure_after * args.train_frequency)
+    episodic_return, out = float("nan"), None
+
+    # TRY NOT TO MODIFY: start the game
+    obs, info = envs.reset()
+    rb.start(obs, info)
+    pbar = tqdm.trange(args.total_timesteps, desc=args.exp_name, unit="step")
+    for global_step in pbar:
+        # ALGO LOGIC: put action logic here
+        epsilon.fill_(linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps,
+                                      global_step))  # in place: no recompilation
+        actions = policy(torch.as_tensor(obs, device=device), epsilon).cpu().numpy()  # uint8 frames cross
+
+        # TRY NOT TO MODIFY: execute the game and log data.
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+
+        # TRY NOT TO MODIFY: record rewards for plotting purposes
+        for _, episodic_return, episodic_length in episode_stats.update(infos, terminations, truncations):
+            writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+            writer.add_scalar("charts/episodic_length", episodic_length, global_step)
+
+        # the buffer keeps the true next observation; only a termination (a lost life, not a time-limit
+        # truncation) cuts the bootstrap
+        rb.add(actions[0], rewards[0], terminations[0], truncations[0], next_obs, infos)
+
+        # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
+        obs = next_obs
+
+        # ALGO LOGIC: training.
+        if global_step > args.learning_starts:
+            speed.tick(global_step)
+            if global_step % args.train_frequency == 0:
+                out = update(rb.sample(args.batch_size))
+
+                if global_step % 100 == 0:
+                    # the only reads of device values in the loop but the action, at logging intervals
+                    for key, value in out.items():
+                        writer.add_scalar(f"losses/{key}", value.item(), global_step)
+                    writer.add_scalar("charts/epsilon", epsilon.item(), global_step)
+                    if (sps := speed.log(global_step)) is not None:
+                        pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+
+            # update target network
+            if global_step % args.target_network_frequency == 0:
+                update_target()
+
+    if args.save_model:
+        from evals import evaluate  # serves --save-model only: imported here, this file alone still trains
+
+        model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        torch.save({"algo": "dqn_atari", "args": asdict(args), "q_network": q_network.state_dict()}, model_path)
+        print(f"model saved to {model_path}")
+        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+
+
+# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+def check_args(args: Args) -> None:
+    positive = ["total_timesteps", "learning_rate", "buffer_size", "batch_size", "target_network_frequency",
+                "train_frequency", "exploration_fraction", "eval_episodes"]
+    for name in positive + ["learning_starts", "measure_after", "start_e", "end_e"]:
+        value = getattr(args, name)
+        if value < 0 or (value == 0 and name in positive):
+            fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
+    if not (0.0 <= args.gamma <= 1.0 and 0.0 < args.tau <= 1.0):
+        fail(f"--gamma must be in [0, 1] and --tau in (0, 1], got {args.gamma} and {args.tau}")
+    if args.start_e > 1 or args.end_e > 1:
+        fail(f"--start-e and --end-e must be probabilities, got {args.start_e} and {args.end_e}")
+    if args.total_timesteps <= args.learning_starts:
+        fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
+    if args.batch_size > args.buffer_size:
+        fail(f"--batch-size ({args.batch_size}) must not exceed --buffer-size ({args.buffer_size})")
+
+
+def fail(message: str) -> None:
+    """A user's mistake: one line on stderr, exit code 2, no stack trace."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_writer(args: Args, run_name: str) -> SummaryWriter:
+    """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_name, save_code=True)
+        atexit.register(wandb.finish)
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    atexit.register(writer.close)  # registered last, runs first: before wandb.finish
+    return writer
+
+
+class Speed:
+    """`charts/SPS` over a window that starts `warmup_steps` after `start_step`, once the warm-up
+    (compilation, CUDA-graph capture) is over; `charts/warmup_time` is the time before it."""
+
+    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int):
+        self.writer, self.steps, self.times = writer, (start_step, start_step + warmup_steps), {}
+
+    def tick(self, step: int) -> None:
+        if step in self.steps:
+            self.times[step] = time.perf_counter()
+            if step == self.steps[1]:
+                self.writer.add_scalar("charts/warmup_time", self.times[step] - self.times[self.steps[0]], step)
+
+    def log(self, step: int) -> float | None:
+        if step <= self.steps[1] or self.steps[1] not in self.times:
+            return None
+        sps = (step - self.steps[1]) / (time.perf_counter() - self.times[self.steps[1]])
+        self.writer.add_scalar("charts/SPS", sps, step)
+        return sps
+
+
+if __name__ == "__main__":
+    try:
+        main(tyro.cli(Args))
+    except BaseException as err:
+        # a Ctrl-C inside a tensordict `to_module` context leaves it as a RuntimeError: look down the chain
+        while err is not None and not isinstance(err, KeyboardInterrupt):
+            err = err.__context__
+        if err is None:
+            raise
+        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
+        sys.exit(130)
