@@ -5,15 +5,18 @@ set -uo pipefail
 cd "$(dirname "$0")"
 
 PYTHON=${PYTHON:-python}
-PAIRS=(sac td3 ppo_continuous ppo_atari)
+PAIRS=(sac td3 ppo_continuous ppo_atari dqn dqn_atari)
 declare -A EAGER=([sac]=sac_continuous_action [td3]=td3_continuous_action
-                  [ppo_continuous]=ppo_continuous_action [ppo_atari]=ppo_atari_envpool)
+                  [ppo_continuous]=ppo_continuous_action [ppo_atari]=ppo_atari_envpool
+                  [dqn]=dqn [dqn_atari]=dqn_atari_envpool)
 # --quick: a few thousand steps, small env counts; enough for every mode to log its fps
 declare -A QUICK=(
   [sac]="--total-timesteps 1500 --learning-starts 1000"
   [td3]="--total-timesteps 1500 --learning-starts 1000"
   [ppo_continuous]="--total-timesteps 2048 --num-steps 512"
   [ppo_atari]="--total-timesteps 512 --num-envs 4 --num-steps 32"
+  [dqn]="--total-timesteps 3000 --learning-starts 1000"
+  [dqn_atari]="--total-timesteps 1500 --learning-starts 1000 --buffer-size 10000"
 )
 MODES=(eager none compile cudagraphs compile+cudagraphs)
 
