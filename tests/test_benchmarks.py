@@ -1,6 +1,7 @@
 """Smoke tests of the benchmark commands whose figures the README quotes: each runs at a tiny size
 and prints the table it is read for, so that a refactor cannot silently break one."""
 
+import json
 import subprocess
 import sys
 
@@ -31,3 +32,23 @@ def test_envpool_async_benchmark():
     rows = table_rows(bench("benchmarks/envpool_async.py", "--steps", "32", "--rounds", "1", "--num-envs", "2"))
     assert [r[0] for r in rows[1:]] == ["sync (step all, then act)", "async (two halves)"]
     assert all(float(r[1]) > 0 for r in rows[1:])
+
+
+def test_inference_benchmark(tmp_path):
+    """One tiny configuration per policy: eager, inductor, and a backend that does not exist. Every row
+    has its fields; inductor's outputs equal eager's (same seed; on the CPU compiled code draws eager's
+    random numbers); the failing arm is a row with its error, and the sweep goes on."""
+    bench("benchmarks/inference.py", "--batch-sizes", "2", "--arms", "eager,inductor default,no_such_backend",
+          "--extra-backends", "no_such_backend", "--rounds", "1", "--min-calls", "3", "--round-time", "0.01",
+          "--out", str(tmp_path), timeout=1200)
+    result = json.loads((tmp_path / "results.json").read_text())
+    rows = {(r["policy"], r["arm"]): r for r in result["rows"]}
+    assert {p for p, _ in rows} == {"atari", "ppo_mlp", "sac", "td3", "dqn"}
+    for policy in ("atari", "ppo_mlp", "sac", "td3", "dqn"):
+        eager, compiled, broken = (rows[policy, arm] for arm in ("eager", "inductor default", "no_such_backend"))
+        for row in (eager, compiled):
+            assert row["status"] == "ok" and row["calls"] >= 3 and row["matches_eager"] == "yes", row
+            assert 0 < row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"] and row["samples_per_s"] == 2 * row["calls_per_s"]
+        assert compiled["compile_s"] > 0 and eager["speedup"] == 1.0
+        assert broken["status"] == "failed" and "no_such_backend" in broken["error"], broken
+    assert "## atari, float32" in (tmp_path / "results.md").read_text() and (tmp_path / "speedup.png").exists()
