@@ -7,6 +7,8 @@ import sys
 
 from helpers import ENV, REPO
 
+from benchmarks.compile_scope import DDP_VARIANTS
+
 
 def bench(*args, timeout=600):
     proc = subprocess.run([sys.executable, *args], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
@@ -52,3 +54,32 @@ def test_inference_benchmark(tmp_path):
         assert compiled["compile_s"] > 0 and eager["speedup"] == 1.0
         assert broken["status"] == "failed" and "no_such_backend" in broken["error"], broken
     assert "## atari, float32" in (tmp_path / "results.md").read_text() and (tmp_path / "speedup.png").exists()
+
+
+def test_compile_scope_benchmark(tmp_path):
+    """Every question's variants at a tiny size: continuous PPO's update on batches of 4, compiled with
+    aot_eager (a second per variant; the full benchmark uses inductor). Every variant's loss and gradients
+    match eager's, the table has every row, and the DDP question's 2 processes (gloo, loopback) end by
+    themselves within their timeout."""
+    bench("benchmarks/compile_scope.py", "--workloads", "ppo_mlp", "--batch", "4", "--backend", "aot_eager",
+          "--rounds", "1", "--min-calls", "2", "--round-time", "0.01", "--ddp-timeout", "300", "--out", str(tmp_path),
+          timeout=600)
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    variants = {(r["question"], r["variant"]): r for r in rows}
+    assert {v for q, v in variants if q == "ddp"} == set(DDP_VARIANTS)
+    assert {q for q, _ in variants} == {"scope", "amp", "device", "ddp"}
+    for (question, name), r in variants.items():
+        if "CUDA" in r["detail"]:
+            assert r["status"] == "not measured", r
+            continue
+        assert r["status"] == "ok" and r["calls"] >= 2, r
+        assert r["matches_eager"].startswith(("yes", "not compared")), r
+    table = (tmp_path / "results.md").read_text()
+    assert all(f"| {name} |" in table for _, name in variants)
+
+
+def test_parts_benchmark():
+    rows = table_rows(bench("benchmarks/parts.py", "--rounds", "1", "--round-time", "0.01", "--frames", "4"))
+    names = [r[0] for r in rows]
+    for expected in ("eager", "compiled", "1 thread", "contiguous (NCHW)", "channels-last (the script)"):
+        assert expected in names, names
