@@ -472,7 +472,7 @@ def ddp_worker(rank, world, port, workload, device_type, opts, out_path):
                 opt.zero_grad()
                 loss = step(*b)
                 if name.startswith("flat"):  # one all-reduce of all gradients, flattened
-                    flat = torch.cat([p.grad.view(-1) for p in params])
+                    flat = torch.cat([p.grad.reshape(-1) for p in params])  # channels-last grads: a copy
                     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
                     flat /= world
                     offset = 0

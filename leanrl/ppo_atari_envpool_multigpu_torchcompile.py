@@ -1,0 +1,587 @@
+"""PPO on Atari through envpool on several processes (`torch.distributed`), made fast.
+
+The algorithm, defaults and distributed scheme of `ppo_atari_envpool_multigpu.py`
+(each rank its own envs, identical starting weights, gradients averaged across ranks
+before each optimizer step), with the optimizations of
+`ppo_atari_envpool_torchcompile.py`; `--compile` and `--cudagraphs` keep their meaning.
+ALLREDUCE_NOTE
+
+    torchrun --standalone --nproc_per_node=2 leanrl/ppo_atari_envpool_multigpu_torchcompile.py --compile
+    torchrun --nnodes=2 --nproc_per_node=2 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT \
+        leanrl/ppo_atari_envpool_multigpu_torchcompile.py --compile
+
+Without torchrun it runs as a single rank. Only rank 0 writes TensorBoard; its
+`charts/SPS` counts the steps of all ranks, and its episode statistics are the games
+of all ranks. A rank that stops ends the run of the others with an error within
+`--dist-timeout` seconds.
+"""
+
+import atexit
+import datetime
+import os
+import random
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+
+import envpool
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.optim as optim
+import tqdm
+import tyro
+from tensordict import TensorDict, from_module
+from tensordict.nn import CudaGraphModule
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be used when it is available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "leanrl"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the trained model (and evaluate it) in the run's folder"""
+    eval_episodes: int = 10
+    """episodes played by the saved policy after training (with --save-model)"""
+
+    # Algorithm specific arguments
+    env_id: str = "Breakout-v5"
+    """the id of the environment"""
+    total_timesteps: int = 10000000
+    """total timesteps of the experiments"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 8
+    """the number of parallel game environments"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 4
+    """the number of mini-batches"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization"""
+    clip_coef: float = 0.1
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: float | None = None
+    """the target KL divergence threshold"""
+    measure_after: int = 1
+    """iterations left out of the fps window (the warm-up: compilation, CUDA-graph capture)"""
+    backend: str | None = None
+    """the torch.distributed backend (default: nccl on CUDA, gloo on the CPU)"""
+    device_ids: list[int] = field(default_factory=list)
+    """the GPU of each local rank (default: local rank modulo the GPU count; several ranks may share one)"""
+    dist_timeout: float = 300.0
+    """seconds a rank waits for the others in a collective before the run stops with an error"""
+
+    compile: bool = False
+    """whether to use torch.compile"""
+    cudagraphs: bool = False
+    """whether to use CUDA graphs (needs CUDA)"""
+
+    # to be filled in runtime
+    world_size: int = 1
+    """the number of processes (computed in runtime)"""
+    local_batch_size: int = 0
+    """the batch size of one rank (computed in runtime)"""
+    batch_size: int = 0
+    """the batch size of all ranks (computed in runtime)"""
+    minibatch_size: int = 0
+    """the mini-batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):
+    """envpool's Atari vector env; a user's bad id stops here."""
+    if args.env_id not in envpool.list_all_envs():
+        fail(f"--env-id {args.env_id!r}: envpool has no such environment (Atari ids look like Breakout-v5)")
+    if type(envpool.make_spec(args.env_id)).__name__ != "AtariEnvSpec":
+        fail(f"--env-id {args.env_id!r}: not an Atari game (this script is for envpool's Atari ids, e.g. Breakout-v5)")
+    envs = envpool.make(
+        args.env_id,
+        env_type="gymnasium",
+        num_envs=num_envs or args.num_envs,
+        episodic_life=True,
+        reward_clip=True,
+        seed=args.seed if seed is None else seed,
+    )
+    return envs
+
+
+class EpisodeStats:
+    """Whole-game statistics from envpool's info: the unclipped rewards summed over all lives,
+    reported once per game, when its last life is lost or it is truncated."""
+
+    def __init__(self, num_envs: int):
+        self.returns = np.zeros(num_envs)
+
+    def update(self, info: dict, terminated: np.ndarray, truncated: np.ndarray) -> list[tuple[int, float, int]]:
+        """Add one step; returns (env index, game return, game length in agent steps) of each finished game."""
+        self.returns += info["reward"]  # unclipped (the env's reward is clipped for training)
+        game_over = (terminated & (info["lives"] == 0)) | truncated
+        finished = [(int(i), float(self.returns[i]), int(info["elapsed_step"][i])) for i in np.flatnonzero(game_over)]
+        self.returns[game_over] = 0.0
+        return finished
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs, device=None):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(4, 32, 8, stride=4, device=device)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2, device=device)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1, device=device)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 512, device=device)),
+            nn.ReLU(),
+        )
+        self.actor = layer_init(nn.Linear(512, envs.single_action_space.n, device=device), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1, device=device), std=1)
+
+    @staticmethod
+    def frames(x):
+        # uint8 frames become floats here, on the device, in the channels-last layout that oneDNN's
+        # CPU convolutions run fastest (2-core CPU: 149 vs 194 ms per 256-frame forward and backward;
+        # benchmarks/parts.py)
+        return x.contiguous(memory_format=torch.channels_last) / 255.0
+
+    def get_value(self, x):
+        return self.critic(self.network(self.frames(x)))
+
+    def get_action_and_value(self, x, action=None):
+        hidden = self.network(self.frames(x))
+        # the categorical distribution written out: no Distribution object, whose argument checks
+        # cost Python time (and a host sync on a GPU); same formulas as torch.distributions.Categorical
+        logits = self.actor(hidden)
+        logits = logits - logits.logsumexp(dim=-1, keepdim=True)
+        probs = logits.softmax(dim=-1)
+        if action is None:
+            action = torch.multinomial(probs, 1, True).view(-1)
+        log_prob = logits.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+        entropy = -(logits.clamp(min=torch.finfo(logits.dtype).min) * probs).sum(-1)
+        return action, log_prob, entropy, self.critic(hidden)
+
+
+def masked_mean(x, mask, count):
+    return (x * mask).sum() / count
+
+
+def gae_deltas(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
+    """The per-step terms of GAE, all steps at once: A[t] = delta[t] + coef[t] * A[t + 1]."""
+    nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
+    nextvalues = torch.cat([values[1:], next_value])
+    delta = rewards + gamma * nextvalues * nextnonterminal - values
+    return delta, gamma * gae_lambda * nextnonterminal
+
+
+def gae_chunk(delta, coef, lastgaelam):
+    """The reverse scan over one chunk of steps; returns the chunk's advantages and the carry."""
+    advantages = []
+    for t in reversed(range(delta.shape[0])):
+        lastgaelam = delta[t] + coef[t] * lastgaelam
+        advantages.append(lastgaelam)
+    return torch.stack(advantages[::-1]), lastgaelam
+
+
+def chunk_size(num_steps: int, most: int = 64) -> int:
+    """The largest divisor of num_steps up to `most`: every chunk has the same shape (one compilation)."""
+    return max(c for c in range(1, min(most, num_steps) + 1) if num_steps % c == 0)
+
+
+def main(args: Args) -> None:
+    # one process per rank, started by torchrun (which sets these); without it, a single rank
+    args.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
+    args.local_batch_size = int(args.num_envs * args.num_steps)
+    args.batch_size = args.local_batch_size * args.world_size
+    args.minibatch_size = int(args.local_batch_size // args.num_minibatches)  # each rank's share of a minibatch
+    args.num_iterations = args.total_timesteps // args.batch_size
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+
+    # TRY NOT TO MODIFY: seeding (the same seed everywhere, so that the weights start identical)
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if torch.cuda.is_available() and args.cuda:
+        device = torch.device("cuda", args.device_ids[local_rank] if args.device_ids else local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if args.world_size > 1:
+        backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.dist_timeout))
+    graphs = args.cudagraphs and device.type == "cuda"
+    if args.cudagraphs and not graphs and rank == 0:
+        print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
+    if graphs and args.world_size > 1 and dist.get_backend() == "gloo":
+        fail("--cudagraphs: gloo's all-reduce of CUDA tensors goes through the host, which a CUDA graph cannot "
+             "capture; use --backend nccl")
+
+    # env setup: each rank its own environments
+    envs = make_envs(args, seed=args.seed + rank)
+    if args.capture_video and rank == 0:
+        print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
+
+    agent = Agent(envs, device=device).to(memory_format=torch.channels_last)  # see Agent.frames
+    if args.world_size > 1:  # the same seed built the same weights; rank 0's, sent to all, make sure of it
+        for param in agent.parameters():
+            dist.broadcast(param.data, src=0)
+    # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
+    agent_inference = Agent(envs, device="meta")
+    from_module(agent).data.to_module(agent_inference, preserve_module_state=False)
+    # the learning rate is a tensor annealed in place: compiled code and CUDA graphs read its new value;
+    # fused: one kernel per step, its state on the device; capturable under CUDA graphs: a replayed step
+    # reads its step count on the device
+    optimizer = optim.Adam(agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
+                           fused=True, capturable=graphs)
+    episode_stats = EpisodeStats(args.num_envs)
+    # from here on, each rank its own random numbers (actions, minibatches)
+    torch.manual_seed(args.seed + rank)
+
+    # ALGO Logic: Storage setup, one TensorDict preallocated on the device (frames kept as uint8)
+    rollout = TensorDict(
+        obs=torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=torch.uint8),
+        actions=torch.zeros((args.num_steps, args.num_envs), dtype=torch.long),
+        logprobs=torch.zeros((args.num_steps, args.num_envs)),
+        rewards=torch.zeros((args.num_steps, args.num_envs)),
+        dones=torch.zeros((args.num_steps, args.num_envs)),
+        values=torch.zeros((args.num_steps, args.num_envs)),
+        batch_size=[args.num_steps, args.num_envs],
+        device=device,
+    )
+
+    def policy(obs):
+        action, logprob, _, value = agent_inference.get_action_and_value(obs)
+        return action, logprob, value.flatten()
+
+    chunk = chunk_size(args.num_steps)
+
+    def gae(rewards, values, dones, next_obs, next_done):
+        next_value = agent_inference.get_value(next_obs).reshape(1, -1)
+        delta, coef = gae_deltas(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+        advantages, lastgaelam = torch.empty_like(delta), torch.zeros_like(delta[0])
+        for end in range(args.num_steps, 0, -chunk):  # from the last chunk back to the first
+            advantages[end - chunk:end], lastgaelam = gae_chunk_fn(delta[end - chunk:end], coef[end - chunk:end], lastgaelam)
+        return advantages, advantages + values
+
+    def loss_and_grads(mb):
+        _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
+        logratio = newlogprob - mb["logprobs"]
+        ratio = logratio.exp()
+        # envpool resets an env on the step after it was done (dones[t]): that step ignored the
+        # action and is no transition, so it is left out of the losses
+        mb_valid = 1.0 - mb["dones"]
+        n_valid = mb_valid.sum().clamp(min=1.0)
+
+        with torch.no_grad():
+            # calculate approx_kl http://joschu.net/blog/kl-approx.html
+            old_approx_kl = masked_mean(-logratio, mb_valid, n_valid)
+            approx_kl = masked_mean((ratio - 1) - logratio, mb_valid, n_valid)
+            clipfrac = masked_mean(((ratio - 1.0).abs() > args.clip_coef).float(), mb_valid, n_valid)
+
+        mb_advantages = mb["advantages"]
+        if args.norm_adv:
+            mean = masked_mean(mb_advantages, mb_valid, n_valid)
+            std = (((mb_advantages - mean) ** 2 * mb_valid).sum() / (n_valid - 1).clamp(min=1.0)).sqrt()
+            mb_advantages = (mb_advantages - mean) / (std + 1e-8)
+
+        # Policy loss
+        pg_loss1 = -mb_advantages * ratio
+        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+        pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), mb_valid, n_valid)
+
+        # Value loss
+        newvalue = newvalue.view(-1)
+        if args.clip_vloss:
+            v_loss_unclipped = (newvalue - mb["returns"]) ** 2
+            v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -args.clip_coef, args.clip_coef)
+            v_loss_clipped = (v_clipped - mb["returns"]) ** 2
+            v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
+            v_loss = 0.5 * masked_mean(v_loss_max, mb_valid, n_valid)
+        else:
+            v_loss = 0.5 * masked_mean((newvalue - mb["returns"]) ** 2, mb_valid, n_valid)
+
+        entropy_loss = masked_mean(entropy, mb_valid, n_valid)
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+        loss.backward()
+        return TensorDict(value_loss=v_loss.detach(), policy_loss=pg_loss.detach(), entropy=entropy_loss.detach(),
+                          old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
+
+    params = list(agent.parameters())
+
+    def average_and_clip():
+        if args.world_size > 1:
+            # the ranks average their gradients: one all-reduce of all of them, flattened (ALLREDUCE_WHY), and
+            # one fused copy back instead of a copy per tensor
+            flat = torch.cat([param.grad.reshape(-1) for param in params])  # channels-last weights: a copy
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            flat /= args.world_size
+            torch._foreach_copy_([param.grad for param in params],
+                                 [g.view_as(param) for g, param in zip(flat.split([p.numel() for p in params]), params)])
+        nn.utils.clip_grad_norm_(params, args.max_grad_norm)
+
+    def update(mb):
+        optimizer.zero_grad()
+        out = loss_and_grads(mb)  # forward and backward
+        average_and_clip()
+        optimizer.step()
+        return out
+
+    gae_chunk_fn = gae_chunk
+    if args.compile:
+        if device.type == "cpu":
+            # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
+            # without it (the contract); on a GPU inductor's own generator is faster and stays on
+            torch._inductor.config.fallback_random = True
+        # trace loss.backward() into the compiled graph: forward and backward become one graph
+        torch._dynamo.config.trace_autograd_ops = True
+        policy = torch.compile(policy)
+        gae_chunk_fn = torch.compile(gae_chunk)  # a chunk unrolls into one fused kernel
+        # the optimizer step stays eager: one fused kernel, that compiled would add graph breaks
+        loss_and_grads = torch.compile(loss_and_grads)
+
+    if args.cudagraphs:
+        # the acting step, GAE and the whole minibatch update (zero_grad, forward, backward, clipping,
+        # step) each become one graph replay; the warm-up calls before the capture let compilation
+        # finish (without CUDA: called directly)
+        warnings.filterwarnings("ignore", "This module is instantiated on a machine without CUDA")
+        warmup = 4 if args.compile else 2
+        policy = CudaGraphModule(policy, warmup=warmup)
+        gae = CudaGraphModule(gae, warmup=warmup)
+        update = CudaGraphModule(update, in_keys=[], out_keys=[], warmup=warmup)
+
+    writer = make_writer(args, run_name) if rank == 0 else NoWriter()  # only rank 0 logs
+    # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
+    speed = Speed(writer, start_step=0, warmup_steps=args.measure_after * args.batch_size)
+    episodic_return = float("nan")
+
+    # TRY NOT TO MODIFY: start the game
+    global_step = 0
+    next_obs, _ = envs.reset()
+    next_obs = torch.as_tensor(next_obs, device=device)  # uint8: a quarter of the bytes of floats
+    next_done = torch.zeros(args.num_envs, device=device)
+
+    pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step", disable=rank != 0)
+
+    for iteration in range(1, args.num_iterations + 1):
+        speed.tick(global_step)
+        # Annealing the rate if instructed to do so.
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # in place: no recompilation
+
+        games = []
+        for step in range(0, args.num_steps):
+            global_step += args.num_envs * args.world_size  # the steps of all ranks
+
+            # ALGO LOGIC: action logic
+            action, logprob, value = policy(next_obs)
+            for key, x in (("obs", next_obs), ("dones", next_done), ("actions", action), ("logprobs", logprob),
+                           ("values", value)):
+                rollout[key][step] = x  # in place, on the device
+
+            # TRY NOT TO MODIFY: execute the game and log data.
+            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+            rollout["rewards"][step] = torch.as_tensor(reward, device=device)
+            next_done = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
+            next_obs = torch.as_tensor(next_obs, device=device)
+
+            games += [(global_step, r, n) for _, r, n in episode_stats.update(infos, terminations, truncations)]
+            pbar.update(args.num_envs * args.world_size)
+
+        # the games that ended on every rank, logged by rank 0
+        for game_step, episodic_return, episodic_length in sorted(gather(games, args.world_size)):
+            writer.add_scalar("charts/episodic_return", episodic_return, game_step)
+            writer.add_scalar("charts/episodic_length", episodic_length, game_step)
+
+        # bootstrap value if not done
+        rollout["advantages"], rollout["returns"] = gae(
+            rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done
+        )
+
+        # flatten the batch
+        batch = rollout.reshape(-1)
+
+        # Optimizing the policy and value network
+        stats = []
+        for epoch in range(args.update_epochs):
+            b_inds = torch.randperm(args.local_batch_size, device=device)
+            for start in range(0, args.local_batch_size, args.minibatch_size):
+                end = start + args.minibatch_size
+                stats.append(update(batch[b_inds[start:end]]))
+
+            if args.target_kl is not None and stats[-1]["approx_kl"] > args.target_kl:  # a host sync, opt-in
+                break
+
+        # the only reads of device values, once per iteration
+        last = stats[-1]
+        # over the transitions only, as the losses: envpool's reset steps are left out
+        kept = (1.0 - batch["dones"]).cpu().numpy() > 0
+        y_pred, y_true = batch["values"].cpu().numpy()[kept], batch["returns"].cpu().numpy()[kept]
+        var_y = np.var(y_true) if len(y_true) else 0.0
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        # TRY NOT TO MODIFY: record rewards for plotting purposes
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
+        writer.add_scalar("losses/value_loss", last["value_loss"].item(), global_step)
+        writer.add_scalar("losses/policy_loss", last["policy_loss"].item(), global_step)
+        writer.add_scalar("losses/entropy", last["entropy"].item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", last["old_approx_kl"].item(), global_step)
+        writer.add_scalar("losses/approx_kl", last["approx_kl"].item(), global_step)
+        writer.add_scalar("losses/clipfrac", torch.stack([s["clipfrac"] for s in stats]).mean().item(), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        if (sps := speed.log(global_step)) is not None:
+            pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+
+    if args.world_size > 1:
+        dist.destroy_process_group()
+    if args.save_model and rank == 0:
+        from evals import evaluate  # serves --save-model only: imported here, this file alone still trains
+
+        model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        torch.save({"algo": "ppo_atari", "args": asdict(args), "agent": agent.state_dict()}, model_path)
+        print(f"model saved to {model_path}")
+        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+
+
+# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+def check_args(args: Args) -> None:
+    positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
+                "eval_episodes"]
+    for name in positive + ["clip_coef", "max_grad_norm", "measure_after"]:
+        value = getattr(args, name)
+        if value < 0 or (value == 0 and name in positive):
+            fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
+    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
+        fail(f"--gamma and --gae-lambda must be in [0, 1], got {args.gamma} and {args.gae_lambda}")
+    if not args.dist_timeout > 0:
+        fail(f"--dist-timeout must be positive, got {args.dist_timeout}")
+    batch = args.num_envs * args.num_steps
+    if batch * args.world_size > args.total_timesteps:
+        fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch of all ranks (world size "
+             f"{args.world_size} x --num-envs x --num-steps = {batch * args.world_size})")
+    if batch % args.num_minibatches != 0:
+        fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
+    if args.total_timesteps < batch:
+        fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch (--num-envs x --num-steps = {batch})")
+
+
+def gather(items: list, world_size: int) -> list:
+    """Everyone's items, on every rank (a no-op for a single rank)."""
+    if world_size == 1:
+        return items
+    everyone = [None] * world_size
+    dist.all_gather_object(everyone, items)
+    return [item for part in everyone for item in part]
+
+
+class NoWriter:
+    """What the ranks other than 0 log to: nothing."""
+
+    def add_scalar(self, *args, **kwargs):
+        pass
+
+
+def fail(message: str) -> None:
+    """A user's mistake: one line on stderr, exit code 2, no stack trace."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_writer(args: Args, run_name: str) -> SummaryWriter:
+    """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_name, save_code=True)
+        atexit.register(wandb.finish)
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    atexit.register(writer.close)  # registered last, runs first: before wandb.finish
+    return writer
+
+
+class Speed:
+    """`charts/SPS` over a window that starts `warmup_steps` after `start_step`, once the warm-up
+    (compilation, CUDA-graph capture) is over; `charts/warmup_time` is the time before it."""
+
+    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int):
+        self.writer, self.steps, self.times = writer, (start_step, start_step + warmup_steps), {}
+
+    def tick(self, step: int) -> None:
+        if step in self.steps:
+            self.times[step] = time.perf_counter()
+            if step == self.steps[1]:
+                self.writer.add_scalar("charts/warmup_time", self.times[step] - self.times[self.steps[0]], step)
+
+    def log(self, step: int) -> float | None:
+        if step <= self.steps[1] or self.steps[1] not in self.times:
+            return None
+        sps = (step - self.steps[1]) / (time.perf_counter() - self.times[self.steps[1]])
+        self.writer.add_scalar("charts/SPS", sps, step)
+        return sps
+
+
+if __name__ == "__main__":
+    try:
+        main(tyro.cli(Args))
+    except BaseException as err:
+        # another rank stopped (a crash, a kill) or did not answer within --dist-timeout: one line
+        if dist.is_initialized() and ("closed by peer" in str(err) or "timed out" in str(err).lower()
+                                      or isinstance(err, dist.DistError)):
+            print(f"{os.path.basename(sys.argv[0])}: error: lost contact with another rank: {str(err).splitlines()[0]}",
+                  file=sys.stderr)
+            sys.exit(1)
+        # a Ctrl-C inside a tensordict `to_module` context leaves it as a RuntimeError: look down the chain
+        while err is not None and not isinstance(err, KeyboardInterrupt):
+            err = err.__context__
+        if err is None:
+            raise
+        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
+        sys.exit(130)
