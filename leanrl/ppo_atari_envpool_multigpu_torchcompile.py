@@ -573,8 +573,8 @@ if __name__ == "__main__":
         main(tyro.cli(Args))
     except BaseException as err:
         # another rank stopped (a crash, a kill) or did not answer within --dist-timeout: one line
-        if dist.is_initialized() and ("closed by peer" in str(err) or "timed out" in str(err).lower()
-                                      or isinstance(err, dist.DistError)):
+        if dist.is_initialized() and (isinstance(err, dist.DistError) or any(
+                word in str(err).lower() for word in ("by peer", "timed out", "timeout", "connection"))):
             print(f"{os.path.basename(sys.argv[0])}: error: lost contact with another rank: {str(err).splitlines()[0]}",
                   file=sys.stderr)
             sys.exit(1)

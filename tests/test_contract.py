@@ -66,6 +66,10 @@ SPECS = {
         **PPO, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "100"), ("--learning-rate", "0")]),
     "ppo_continuous_action_torchcompile": Spec(
         **PPO, bad_sizes=[("--num-minibatches", "5"), ("--total-timesteps", "255"), ("--num-envs", "0")]),
+    "ppo_atari_envpool_multigpu": Spec(
+        **ATARI, bad_sizes=[("--dist-timeout", "0"), ("--total-timesteps", "63"), ("--num-minibatches", "3")]),
+    "ppo_atari_envpool_multigpu_torchcompile": Spec(
+        **ATARI, bad_sizes=[("--num-envs", "0"), ("--gae-lambda", "1.5")]),
     "ppo_atari_envpool": Spec(
         **ATARI, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "63"), ("--learning-rate", "0")]),
     "ppo_atari_envpool_torchcompile": Spec(
