@@ -5,10 +5,10 @@ set -uo pipefail
 cd "$(dirname "$0")"
 
 PYTHON=${PYTHON:-python}
-PAIRS=(sac td3 ppo_continuous ppo_atari dqn dqn_atari)
-declare -A EAGER=([sac]=sac_continuous_action [td3]=td3_continuous_action
-                  [ppo_continuous]=ppo_continuous_action [ppo_atari]=ppo_atari_envpool
-                  [dqn]=dqn [dqn_atari]=dqn_atari_envpool)
+die() { echo "run.sh: error: $*" >&2; exit 2; }
+# PAIRS and EAGER (pair -> eager script) from benchmarks/presets.py, which the report shares
+pairs_decl=$("$PYTHON" benchmarks/presets.py pairs) || die "cannot run '$PYTHON' (install the requirements first, see README)"
+eval "$pairs_decl"
 # --quick: a few thousand steps, small env counts; enough for every mode to log its fps
 declare -A QUICK=(
   [sac]="--total-timesteps 1500 --learning-starts 1000"
@@ -36,14 +36,15 @@ options:
   --steps N        --total-timesteps of every run (default: each script's own default)
   --out DIR        output folder (default: results)
   --quick          a few thousand steps per run, small env counts: checks the whole pipeline
+  --preset NAME    a preset of benchmarks/presets.json: its pairs, tasks, step budgets and modes
+                   (cpu: learning curves on a 2-core CPU, eager against --compile, about 6 hours)
   --redo           run again the runs already complete
   -h, --help       this help
 EOF
 }
 
-die() { echo "run.sh: error: $*" >&2; exit 2; }
-
-scripts=("${PAIRS[@]}") seeds=(21 31 41) steps="" out=results quick=0 redo=0
+scripts=() seeds=(21 31 41) steps="" out=results quick=0 redo=0 preset=""
+command="bash run.sh $*"
 while [ $# -gt 0 ]; do
   case "$1" in
     --scripts) [ $# -ge 2 ] || die "--scripts needs a value"; IFS=', ' read -r -a scripts <<< "$2"; shift 2 ;;
@@ -51,11 +52,22 @@ while [ $# -gt 0 ]; do
     --steps) [ $# -ge 2 ] || die "--steps needs a value"; steps=$2; shift 2 ;;
     --out) [ $# -ge 2 ] || die "--out needs a value"; out=$2; shift 2 ;;
     --quick) quick=1; shift ;;
+    --preset) [ $# -ge 2 ] || die "--preset needs a value"; preset=$2; shift 2 ;;
     --redo) redo=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown option '$1' (see bash run.sh --help)" ;;
   esac
 done
+
+declare -A PRESET_ARGS=()
+if [ -n "$preset" ]; then
+  [ $quick = 0 ] || die "--preset and --quick do not go together"
+  preset_decl=$("$PYTHON" benchmarks/presets.py preset "$preset" 2>&1) || { echo "$preset_decl" >&2; exit 2; }
+  eval "$preset_decl"
+  MODES=("${PRESET_MODES[@]}")
+  [ ${#scripts[@]} -gt 0 ] || scripts=("${PRESET_PAIRS[@]}")
+fi
+[ ${#scripts[@]} -gt 0 ] || scripts=("${PAIRS[@]}")
 
 pairs=()
 for s in "${scripts[@]}"; do
@@ -63,6 +75,7 @@ for s in "${scripts[@]}"; do
   s=${s%.py}; s=${s#leanrl/}; s=${s%_torchcompile}
   for p in "${PAIRS[@]}"; do [ "${EAGER[$p]}" = "$s" ] && s=$p; done
   [ -n "${EAGER[$s]+x}" ] || die "unknown script '$s'; choose among: ${PAIRS[*]}"
+  [ -z "$preset" ] || [ -n "${PRESET_ARGS[$s]+x}" ] || die "the preset '$preset' has no '$s'; it has: ${PRESET_PAIRS[*]}"
   pairs+=("$s")
 done
 [ ${#pairs[@]} -gt 0 ] || die "--scripts selects nothing"
@@ -76,6 +89,11 @@ mkdir -p "$out/logs" || die "cannot create '$out'"
 out=$(cd "$out" && pwd)
 "$PYTHON" -c "import json, sys; sys.path.insert(0, '.'); from benchmarks.report import describe_machine; \
 json.dump(describe_machine(), open('$out/hardware.json', 'w'), indent=1)"
+echo "$command" > "$out/command.txt"
+if [ -n "$preset" ]; then
+  "$PYTHON" -c "import json, sys; sys.path.insert(0, '.'); from benchmarks.presets import load; \
+json.dump(load('$preset'), open('$out/preset.json', 'w'), indent=1)"
+fi
 
 failed=0 done_runs=0 skipped=0
 for pair in "${pairs[@]}"; do
@@ -88,9 +106,12 @@ for pair in "${pairs[@]}"; do
     [ "$mode" = eager ] || script+=_torchcompile
     [[ $mode == *compile* && $mode != cudagraphs ]] && flags+=(--compile)
     [[ $mode == *cudagraphs* ]] && flags+=(--cudagraphs)
-    quick_str=${QUICK[$pair]}
-    [ -n "$steps" ] && quick_str=$(sed -E 's/--total-timesteps [0-9]+ ?//' <<< "$quick_str")  # --steps wins
-    [ $quick = 1 ] && read -r -a quick_args <<< "$quick_str" && flags+=("${quick_args[@]}")
+    extra=""
+    [ $quick = 1 ] && extra=${QUICK[$pair]}
+    [ -n "$preset" ] && extra=${PRESET_ARGS[$pair]}
+    [ -n "$steps" ] && extra=$(sed -E 's/--total-timesteps [0-9]+ ?//' <<< "$extra")  # --steps wins
+    read -r -a extra_args <<< "$extra"
+    flags+=("${extra_args[@]}")
     [ -n "$steps" ] && flags+=(--total-timesteps "$steps")
     for seed in "${seeds[@]}"; do
       dir="$out/runs/$script/$mode/seed$seed"

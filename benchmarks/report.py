@@ -11,13 +11,21 @@ hyperparameters it logged: the script (`exp_name`, the eager twin's name without
 - fps: `charts/SPS`, the last value a run logged (the average over its whole
   measured window, after the warm-up), median over seeds with min-max;
 - speed-up: that median over the eager script's median;
-- final return: per run, the mean of its last 5 `charts/episodic_return`
-  values; mean ± std over seeds;
+- final return: per run, the mean of its last N `charts/episodic_return` values
+  (N = 5, or the preset's `last_episodes`); mean ± std over seeds;
+- with a preset (`preset.json` beside the runs, written by `run.sh --preset`):
+  how many runs reached the pair's learning threshold (a run that did not is
+  flagged), and the median wall-clock time at which the mean of the last N
+  episodes first reached it;
+- wall-clock: a run's time from its first to its last log, median;
 - warm-up: `charts/warmup_time` (compilation, CUDA-graph capture; for the eager
   script the same window, so the difference is what compiling costs), median.
 
-Runs that logged no fps (stopped early, failed) are listed apart, as are the
-failures `run.sh` recorded (`*.failed` files beside the runs).
+The headline plot is the return against wall-clock time: one panel per pair, the
+median over seeds with the min-max band, one colour per mode. Every figure names
+the command (`command.txt`, written by run.sh) and the hardware. Runs that logged
+no fps (stopped early, failed) are listed apart, as are the failures `run.sh`
+recorded (`*.failed` files beside the runs).
 """
 
 import argparse
@@ -31,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.events import RunLog, read_run  # noqa: E402
+from benchmarks.presets import PAIRS  # noqa: E402
 
 MODES = ["eager", "none", "compile", "cudagraphs", "compile+cudagraphs"]
 MODE_LABELS = {
@@ -40,7 +49,7 @@ MODE_LABELS = {
     "cudagraphs": "--cudagraphs",
     "compile+cudagraphs": "--compile --cudagraphs",
 }
-LAST_EPISODES = 5
+LAST_EPISODES = 5  # without a preset
 
 
 @dataclass
@@ -62,10 +71,27 @@ class Run:
         values = self.log.values("charts/warmup_time")
         return values[-1] if values else None
 
-    @property
-    def final_return(self) -> float | None:
-        values = self.log.values("charts/episodic_return")[-LAST_EPISODES:]
+    def final_return(self, last: int) -> float | None:
+        values = self.log.values("charts/episodic_return")[-last:]
         return sum(values) / len(values) if values else None
+
+    @property
+    def start(self) -> float:
+        return min(w for points in self.log.scalars.values() for _, w, _ in points)
+
+    @property
+    def wall_clock(self) -> float:
+        return max(w for points in self.log.scalars.values() for _, w, _ in points) - self.start
+
+    def time_to(self, threshold: float, last: int) -> float | None:
+        """Seconds from the run's first log until the mean of its last `last` episodes first reached
+        `threshold`; None if it never did."""
+        points = self.log.scalars.get("charts/episodic_return", [])
+        for i in range(len(points)):
+            window = [v for _, _, v in points[max(0, i - last + 1):i + 1]]
+            if len(window) == min(last, len(points)) and sum(window) / len(window) >= threshold:
+                return points[i][1] - self.start
+        return None
 
 
 def mode_of(hparams: dict[str, str]) -> str:
@@ -130,15 +156,18 @@ def fmt(x: float | None, digits: int = 1) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
-def algo_table(runs: list[Run]) -> list[str]:
+def algo_table(runs: list[Run], last: int, threshold: float | None) -> list[str]:
     by_mode = defaultdict(list)
     for r in runs:
         if r.sps is not None:
             by_mode[r.mode].append(r)
     eager = [r.sps for r in by_mode.get("eager", [])]
     eager_median = statistics.median(eager) if eager else None
-    lines = ["| mode | seeds | fps (median) | fps min-max | speed-up vs eager | final return (mean ± std) "
-             "| warm-up s (median) |", "|---|---|---|---|---|---|---|"]
+    learned = [] if threshold is None else [f"reached {threshold:g}", "time to reach it (s, median)"]
+    lines = ["| " + " | ".join(["mode", "seeds", "fps (median)", "fps min-max", "speed-up vs eager",
+                                 f"final return (last {last} episodes; mean ± std over seeds)", *learned,
+                                 "wall-clock (s, median)", "warm-up s (median)"]) + " |",
+             "|" + "---|" * (8 + len(learned))]
     for mode in MODES:
         rs = by_mode.get(mode)
         if not rs:
@@ -146,12 +175,20 @@ def algo_table(runs: list[Run]) -> list[str]:
         sps = [r.sps for r in rs]
         med = statistics.median(sps)
         speedup = f"{med / eager_median:.2f}x" if eager_median else "n/a"
-        rets = [r.final_return for r in rs if r.final_return is not None]
+        rets = [r.final_return(last) for r in rs if r.final_return(last) is not None]
         ret = "n/a" if not rets else (f"{statistics.mean(rets):.1f} ± "
                                       f"{statistics.stdev(rets) if len(rets) > 1 else 0.0:.1f}")
+        cells = []
+        if threshold is not None:
+            missed = [r for r in rs if (r.final_return(last) or float("-inf")) < threshold]
+            flag = "" if not missed else " ⚠ not learned: " + ", ".join(
+                f"seed {r.seed} ({fmt(r.final_return(last))})" for r in missed)
+            times = [t for r in rs if (t := r.time_to(threshold, last)) is not None]
+            cells = [f"{len(rs) - len(missed)}/{len(rs)}{flag}", fmt(statistics.median(times), 0) if times else "never"]
         warm = [r.warmup for r in rs if r.warmup is not None]
-        lines.append(f"| {MODE_LABELS[mode]} | {len(rs)} | {med:.1f} | {min(sps):.1f}-{max(sps):.1f} | {speedup} "
-                     f"| {ret} | {fmt(statistics.median(warm)) if warm else 'n/a'} |")
+        lines.append(f"| {MODE_LABELS[mode]} | {len(rs)} | {med:.1f} | {min(sps):.1f}-{max(sps):.1f} | {speedup} | "
+                     f"{ret} | " + "".join(f"{c} | " for c in cells) +
+                     f"{fmt(statistics.median(r.wall_clock for r in rs), 0)} | {fmt(statistics.median(warm)) if warm else 'n/a'} |")
     return lines
 
 
@@ -163,22 +200,41 @@ def build(root: Path, out: Path) -> Path:
                          "written by the scripts of leanrl/)")
     out.mkdir(parents=True, exist_ok=True)
     hw = hardware(root)
-    lines = ["# leanrl: eager vs optimized", ""]
-    lines += ["Hardware: " + ", ".join(f"{k} {v}" for k, v in hw.items() if k != "note"), ""]
+    preset = json.loads((root / "preset.json").read_text()) if (root / "preset.json").exists() else None
+    thresholds = {} if preset is None else {PAIRS[p]: spec["threshold"] for p, spec in preset["pairs"].items()}
+    last = preset.get("last_episodes", LAST_EPISODES) if preset else LAST_EPISODES
+    command = (root / "command.txt").read_text().strip() if (root / "command.txt").exists() else "(not recorded)"
+    machine = ", ".join(f"{k} {v}" for k, v in hw.items() if k != "note")
+    lines = ["# leanrl: eager vs optimized", "", f"Command: `{command}`", "", f"Hardware: {machine}", ""]
     if "note" in hw:
         lines += [f"Note: {hw['note']}.", ""]
+    if preset:
+        lines += [f"Preset `{preset['name']}`: {preset['description']}", ""]
     if hw.get("gpu", "none") == "none":
         lines += ["No CUDA device: the `--cudagraphs` modes were not run (on a CPU they fall back to "
                   "the modes without it).", ""]
-    lines += ["fps: `charts/SPS` after the warm-up, median over seeds. Final return: mean of each run's last "
-              f"{LAST_EPISODES} episodes, mean ± std over seeds. Warm-up: seconds before the fps window "
-              "(compilation; for the eager script the same window).", ""]
+    lines += ["fps: `charts/SPS` after the warm-up, median over seeds. Final return: the mean of each run's last "
+              f"{last} episodes, mean ± std over seeds. Wall-clock: a run's time from its first to its last log. "
+              "Warm-up: seconds before the fps window (compilation; for the eager script the same window).", ""]
     by_algo = defaultdict(list)
     for r in runs:
         by_algo[r.algo].append(r)
+    if any(r.sps is not None for r in runs):
+        plots = plot(by_algo, out, f"{command} | {hw.get('cpu', '?')}, {hw.get('cores', '?')} cores, GPU: "
+                                   f"{hw.get('gpu', 'none')}, torch {hw.get('torch', '?')}", last)
+        lines += [f"![{p.stem}]({p.name})" for p in plots[:1]] + [""]
+    else:
+        plots = []
     for algo in sorted(by_algo):
         envs = sorted({r.env_id for r in by_algo[algo]})
-        lines += [f"## {algo} ({', '.join(envs)})", ""] + algo_table(by_algo[algo]) + [""]
+        lines += [f"## {algo} ({', '.join(envs)})", ""]
+        pair = next((p for p, script in PAIRS.items() if script == algo), None)
+        if preset and pair in preset["pairs"]:
+            lines += [f"Why this task: {preset['pairs'][pair]['why']} Learning threshold: a final return of "
+                      f"{preset['pairs'][pair]['threshold']:g}.", ""]
+        lines += algo_table(by_algo[algo], last, thresholds.get(algo)) + [""]
+    if preset and preset.get("skipped"):
+        lines += ["## Not in this preset", ""] + [f"- {p}: {why}" for p, why in preset["skipped"].items()] + [""]
     partial = [r for r in runs if r.sps is None]
     if partial or failures or unreadable:
         lines += ["## Failed or incomplete runs", ""]
@@ -188,15 +244,15 @@ def build(root: Path, out: Path) -> Path:
                   for f in failures]
         lines += [f"- {p.relative_to(root)}: not a leanrl run (no hyperparameters)" for p in unreadable]
         lines += [""]
-    if any(r.sps is not None for r in runs):
-        plots = plot(by_algo, out)
-        lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    if plots:
+        lines += ["## More plots", ""] + [f"![{p.stem}]({p.name})" for p in plots[1:]] + [""]
     report = out / "report.md"
     report.write_text("\n".join(lines))
     return report
 
 
-def plot(by_algo: dict[str, list[Run]], out: Path) -> list[Path]:
+def plot(by_algo: dict[str, list[Run]], out: Path, caption: str, last: int) -> list[Path]:
+    """return_vs_time.png (the headline), fps.png, return_vs_steps.png; each names `caption`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -207,8 +263,65 @@ def plot(by_algo: dict[str, list[Run]], out: Path) -> list[Path]:
     colors = {m: c for m, c in zip(MODES, ["tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red"])}
     paths = []
 
-    # fps per mode, one panel per algorithm
-    fig, axes = plt.subplots(1, len(algos), figsize=(max(6.0, 3.2 * len(algos) + 1), 3.6), squeeze=False)
+    def finish(fig, title, name):
+        fig.suptitle(title, fontsize=10)
+        fig.text(0.5, 0.01, caption, ha="center", fontsize=6, wrap=True)
+        fig.tight_layout(rect=(0, 0.05, 1, 1))
+        paths.append(out / name)
+        fig.savefig(paths[-1], dpi=80)
+        plt.close(fig)
+
+    # episodic return against wall-clock time (the headline) and against steps
+    for xaxis, name, label in [("time", "return_vs_time.png", "wall-clock time (s, from the run's first log)"),
+                               ("step", "return_vs_steps.png", "environment steps")]:
+        fig, axes = plt.subplots(1, len(algos), figsize=(max(6.0, 3.6 * len(algos) + 1), 3.9), squeeze=False)
+        for ax, algo in zip(axes[0], algos):
+            for m in MODES:
+                curves = []
+                for r in by_algo[algo]:
+                    pts = r.log.scalars.get("charts/episodic_return", [])
+                    if r.mode != m or not pts:
+                        continue
+                    xs = np.array([s if xaxis == "step" else w - r.start for s, w, _ in pts])
+                    curves.append((xs, np.array([v for _, _, v in pts])))
+                label_ = f"{MODE_LABELS[m]} ({len(curves)} seeds)"
+                lines = [c for c in curves if len(c[0]) >= 2]
+                if lines:  # median over seeds on a common grid, up to where the shortest run ends
+                    grid = np.linspace(0, min(xs[-1] for xs, _ in lines), 60)
+                    ys = np.array([np.interp(grid, xs, smooth(ys, last)) for xs, ys in lines])
+                    ax.plot(grid, np.median(ys, 0), color=colors[m], label=label_)
+                    ax.fill_between(grid, ys.min(0), ys.max(0), color=colors[m], alpha=0.2)
+                dots = [c for c in curves if len(c[0]) == 1]
+                if dots:  # a run with a single finished episode is a point, not a curve
+                    ax.scatter([xs[0] for xs, _ in dots], [ys[0] for _, ys in dots], color=colors[m], s=14,
+                               label=None if lines else label_)
+            env = ", ".join(sorted({r.env_id for r in by_algo[algo]}))
+            ax.set_title(f"{algo} ({env})", fontsize=8)
+            ax.set_xlabel(label, fontsize=7)
+            ax.set_ylabel(f"episodic return (mean of the last {last})", fontsize=7)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=6)
+            else:
+                ax.text(0.5, 0.5, "no episode finished", transform=ax.transAxes, ha="center", fontsize=8)
+        finish(fig, f"Episodic return vs {label.split(' (')[0]}: median over seeds, min-max shaded", name)
+        if xaxis == "time":  # fps after the headline
+            fps_plot(by_algo, algos, colors, finish)
+    return paths
+
+
+def smooth(values, n: int):
+    """The mean of the last `n` values at each point (fewer at the start)."""
+    import numpy as np
+
+    c = np.cumsum(np.insert(np.asarray(values, float), 0, 0.0))
+    idx = np.arange(1, len(values) + 1)
+    return (c[idx] - c[np.maximum(idx - n, 0)]) / np.minimum(idx, n)
+
+
+def fps_plot(by_algo, algos, colors, finish):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(algos), figsize=(max(6.0, 3.2 * len(algos) + 1), 3.8), squeeze=False)
     for ax, algo in zip(axes[0], algos):
         modes = [m for m in MODES if any(r.mode == m and r.sps is not None for r in by_algo[algo])]
         med, lo, hi = [], [], []
@@ -221,50 +334,7 @@ def plot(by_algo: dict[str, list[Run]], out: Path) -> list[Path]:
         ax.set_xticks(range(len(modes)), [MODE_LABELS[m].replace(" ", "\n", 1) for m in modes], fontsize=7)
         ax.set_title(algo, fontsize=9)
         ax.set_ylabel("env steps per second (median, min-max)", fontsize=7)
-    fig.suptitle("Steady-state fps per mode (higher is better)", fontsize=10)
-    fig.tight_layout()
-    paths.append(out / "fps.png")
-    fig.savefig(paths[-1], dpi=80)
-    plt.close(fig)
-
-    # episodic return against steps and against wall-clock time
-    for xaxis, name, label in [("step", "return_vs_steps.png", "environment steps"),
-                               ("time", "return_vs_time.png", "wall-clock time (s, from the first log)")]:
-        fig, axes = plt.subplots(1, len(algos), figsize=(max(6.0, 3.6 * len(algos) + 1), 3.6), squeeze=False)
-        for ax, algo in zip(axes[0], algos):
-            for m in MODES:
-                curves = []
-                for r in by_algo[algo]:
-                    pts = r.log.scalars.get("charts/episodic_return", [])
-                    if r.mode != m or not pts:
-                        continue
-                    start = min(w for pts_ in r.log.scalars.values() for _, w, _ in pts_)
-                    xs = np.array([s if xaxis == "step" else w - start for s, w, _ in pts])
-                    curves.append((xs, np.array([v for _, _, v in pts])))
-                label_ = f"{MODE_LABELS[m]} ({len(curves)})"
-                lines = [c for c in curves if len(c[0]) >= 2]
-                if lines:  # mean over seeds on a common grid, up to where the shortest run ends
-                    grid = np.linspace(0, min(xs[-1] for xs, _ in lines), 50)
-                    ys = np.array([np.interp(grid, xs, ys) for xs, ys in lines])
-                    ax.plot(grid, ys.mean(0), color=colors[m], label=label_)
-                    ax.fill_between(grid, ys.min(0), ys.max(0), color=colors[m], alpha=0.2)
-                dots = [c for c in curves if len(c[0]) == 1]
-                if dots:  # a run with a single finished episode is a point, not a curve
-                    ax.scatter([xs[0] for xs, _ in dots], [ys[0] for _, ys in dots], color=colors[m], s=14,
-                               label=None if lines else label_)
-            ax.set_title(algo, fontsize=9)
-            ax.set_xlabel(label, fontsize=7)
-            ax.set_ylabel("episodic return", fontsize=7)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=6)
-            else:
-                ax.text(0.5, 0.5, "no episode finished", transform=ax.transAxes, ha="center", fontsize=8)
-        fig.suptitle(f"Episodic return vs {label.split(' (')[0]}: mean over seeds, min-max shaded", fontsize=10)
-        fig.tight_layout()
-        paths.append(out / name)
-        fig.savefig(paths[-1], dpi=80)
-        plt.close(fig)
-    return paths
+    finish(fig, "Steady-state fps per mode (higher is better)", "fps.png")
 
 
 def main() -> None:

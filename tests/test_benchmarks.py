@@ -83,3 +83,15 @@ def test_parts_benchmark():
     names = [r[0] for r in rows]
     for expected in ("eager", "compiled", "1 thread", "contiguous (NCHW)", "channels-last (the script)"):
         assert expected in names, names
+
+
+def test_multigpu_scaling_benchmark():
+    """Two ranks only (torchrun on loopback, then the pieces measured in 2 spawned processes): one rank
+    adds nothing that the 2-rank run does not exercise."""
+    out = bench("benchmarks/multigpu_scaling.py", "--ranks", "2", "--modes", "eager", "--iterations", "2",
+                "--rounds", "1", "--num-envs", "2", "--num-steps", "16", "--env-steps", "16", timeout=600)
+    rows = table_rows(out)
+    scaling = [r for r in rows if r[1] == "eager"]
+    assert [r[0] for r in scaling] == ["2"] and float(scaling[0][4]) == 1.0 and float(scaling[0][2]) > 0
+    pieces = [r for r in rows if len(r) == 4 and r[0] == "2"]
+    assert len(pieces) == 1 and all(float(v) > 0 for v in pieces[0][1:])

@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 
 import pytest
 import torch
-from helpers import ctrl_c_inside, interrupt_script, load_script, run_script, wandb_history, with_flag
+from helpers import ctrl_c_inside, interrupt_script, load_script, run_in_process, run_script, wandb_history, with_flag
 
 
 @dataclass
@@ -90,7 +90,7 @@ def assert_user_error(run, flag: str):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_help_lists_every_flag(script, tmp_path):
-    run = run_script(script, "--help", cwd=tmp_path)
+    run = run_in_process(script, "--help", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     module = load_script(script)
     for f in fields(module.Args):
@@ -100,6 +100,8 @@ def test_help_lists_every_flag(script, tmp_path):
         assert "--compile" in run.stdout and "--cudagraphs" in run.stdout
 
 
+# Bad input: one real process per script (its exit code and stderr as a user sees them), then the other
+# cases in this process (the same main() and checks, without a new interpreter's seconds of start-up).
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_unknown_env_id(script, tmp_path):
     run = run_script(script, "--env-id", "NoSuchEnv-v9", cwd=tmp_path)
@@ -109,14 +111,14 @@ def test_unknown_env_id(script, tmp_path):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_unsupported_action_space(script, tmp_path):
     env_id, word = SPECS[script].wrong_space
-    run = run_script(script, "--env-id", env_id, cwd=tmp_path)
+    run = run_in_process(script, "--env-id", env_id, cwd=tmp_path)
     assert_user_error(run, "--env-id")
     assert word in run.stderr
 
 
 @pytest.mark.parametrize("script,flag,value", [(s, f, v) for s in SCRIPTS for f, v in SPECS[s].bad_sizes])
 def test_bad_sizes(script, flag, value, tmp_path):
-    run = run_script(script, *SPECS[script].short, flag, value, cwd=tmp_path)
+    run = run_in_process(script, *SPECS[script].short, flag, value, cwd=tmp_path)
     assert_user_error(run, flag)
 
 

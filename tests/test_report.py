@@ -1,18 +1,21 @@
 """run.sh and the report builder (benchmarks/report.py)."""
 
+import os
+import signal
 import subprocess
 
 import pytest
-from helpers import ENV, REPO
+from helpers import ENV, REPO, load_script
 from torch.utils.tensorboard import SummaryWriter
 
 from benchmarks import report
 
 
-def fake_run(root, exp_name, seed, sps=(), returns=(), warmup=None, compile=False, cudagraphs=False):
+def fake_run(root, exp_name, seed, sps=(), returns=(), warmup=None, compile=False, cudagraphs=False,
+             env_id="HalfCheetah-v4"):
     """A run folder as the scripts write it: the hyperparameter table, then scalars."""
-    writer = SummaryWriter(str(root / "runs" / f"HalfCheetah-v4__{exp_name}__{seed}__{compile:d}{cudagraphs:d}"))
-    params = {"exp_name": exp_name, "seed": seed, "env_id": "HalfCheetah-v4"}
+    writer = SummaryWriter(str(root / "runs" / f"{env_id}__{exp_name}__{seed}__{compile:d}{cudagraphs:d}"))
+    params = {"exp_name": exp_name, "seed": seed, "env_id": env_id}
     if exp_name.endswith("_torchcompile"):
         params |= {"compile": compile, "cudagraphs": cudagraphs}
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(f"|{k}|{v}|" for k, v in params.items()))
@@ -39,9 +42,12 @@ def test_table_values_from_known_runs(tmp_path):
     fake_run(tmp_path, FAST, 2, sps=[80], returns=[7] * 5, warmup=12.0, compile=True)
     fake_run(tmp_path, FAST, 3, sps=[90], returns=[7] * 5, warmup=14.0, compile=True)
     text = report.build(tmp_path, tmp_path).read_text()
-    assert "| eager script | 3 | 50.0 | 40.0-60.0 | 1.00x | 20.0 ± 10.0 | 2.0 |" in text
-    assert "| optimized, no flag | 2 | 60.0 | 55.0-65.0 | 1.20x | 2.0 ± 1.4 | 1.0 |" in text
-    assert "| --compile | 3 | 90.0 | 80.0-100.0 | 1.80x | 7.0 ± 0.0 | 12.0 |" in text
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
+    assert rows["| eager script"].startswith("| eager script | 3 | 50.0 | 40.0-60.0 | 1.00x | 20.0 ± 10.0 |")
+    assert rows["| optimized, no flag"].startswith("| optimized, no flag | 2 | 60.0 | 55.0-65.0 | 1.20x | 2.0 ± 1.4 |")
+    assert rows["| --compile"].startswith("| --compile | 3 | 90.0 | 80.0-100.0 | 1.80x | 7.0 ± 0.0 |")
+    assert rows["| eager script"].endswith(" | 2.0 |") and rows["| --compile"].endswith(" | 12.0 |")  # warm-up
+    assert "final return (last 5 episodes; mean ± std over seeds)" in text
     assert "--cudagraphs |" not in text  # no such runs: no row
     assert "## sac_continuous_action (HalfCheetah-v4)" in text
     for png in ("fps.png", "return_vs_steps.png", "return_vs_time.png"):
@@ -72,19 +78,30 @@ def test_empty_folder_gives_a_clear_message(tmp_path):
 
 
 def run_sh(*args, timeout=900):
-    return subprocess.run(["bash", "run.sh", *args], cwd=REPO, env=ENV, capture_output=True, text=True,
-                          timeout=timeout)
+    """run.sh in its own process group, so that a timeout also ends the runs it started."""
+    proc = subprocess.Popen(["bash", "run.sh", *args], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 @pytest.mark.parametrize("args,message", [
     (["--frobnicate"], "unknown option '--frobnicate'"),
-    (["--scripts", "dqn"], "unknown script 'dqn'"),
+    (["--scripts", "a2c"], "unknown script 'a2c'"),
+    (["--preset", "gpu9"], "unknown preset 'gpu9'"),
+    (["--preset", "cpu", "--scripts", "dqn_atari"], "the preset 'cpu' has no 'dqn_atari'"),
+    (["--preset", "cpu", "--quick"], "--preset and --quick do not go together"),
     (["--seeds", "one"], "--seeds: 'one' is not"),
     (["--steps", "0"], "--steps: '0' is not a positive integer"),
     (["--out"], "--out needs a value"),
 ])
 def test_run_sh_bad_input(args, message):
-    proc = run_sh(*args)
+    proc = run_sh(*args, timeout=60)  # an input check that lets a run start fails here, not after a run
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -105,8 +122,52 @@ def test_run_sh_quick_end_to_end(tmp_path):
 def test_run_sh_reports_failed_runs_and_goes_on(tmp_path):
     out = tmp_path / "results"
     # fewer steps than one PPO batch: every run stops with a usage error
-    proc = run_sh("--quick", "--scripts", "ppo_continuous", "--seeds", "1,2", "--steps", "100", "--out", str(out))
+    proc = run_sh("--quick", "--scripts", "ppo_continuous", "--seeds", "1", "--steps", "100", "--out", str(out))
     assert proc.returncode == 1
-    assert proc.stdout.count("--seed ") == 6 and "--total-timesteps 2048" not in proc.stdout  # every run was tried
+    assert proc.stdout.count("--seed ") == 3 and "--total-timesteps 2048" not in proc.stdout  # every run was tried
     failures = (out / "report.md").read_text().split("## Failed or incomplete runs")[1]
-    assert failures.count("failed with exit code 2") == 6
+    assert failures.count("failed with exit code 2") == 3
+
+
+def test_the_cpu_preset_parses():
+    """Every pair of the cpu preset has a reason, a threshold, and flags that both of its scripts accept
+    (tyro parses them, the scripts' input checks pass)."""
+    import shlex
+
+    import tyro
+
+    from benchmarks.presets import PAIRS, load
+
+    preset = load("cpu")
+    assert preset["modes"] == ["eager", "compile"] and preset["last_episodes"] >= 5
+    for pair, spec in preset["pairs"].items():
+        assert spec["why"] and spec["threshold"] > 0
+        for script in (PAIRS[pair], PAIRS[pair] + "_torchcompile"):
+            module = load_script(script)
+            args = tyro.cli(module.Args, args=shlex.split(spec["args"]))
+            module.check_args(args)  # exits on a bad value
+            assert args.env_id in spec["args"]
+
+
+def test_report_with_the_preset_flags_runs_that_did_not_learn(tmp_path):
+    """Synthetic DQN runs under the cpu preset (threshold 200, last 10 episodes): two seeds of each mode
+    end above the threshold, one eager seed below it; the table says so, with the time the others took
+    to reach it, and the headline plot is the return against wall-clock time."""
+    import json
+
+    from benchmarks.presets import load
+
+    (tmp_path / "preset.json").write_text(json.dumps(load("cpu")))
+    (tmp_path / "command.txt").write_text("bash run.sh --preset cpu --scripts dqn\n")
+    for seed, final in ((1, 300.0), (2, 250.0), (3, 50.0)):
+        fake_run(tmp_path, "dqn", seed, sps=[3000], returns=[20.0] * 10 + [final] * 10, warmup=0.1)
+        fake_run(tmp_path, "dqn_torchcompile", seed, sps=[4000], returns=[20.0] * 10 + [max(final, 220.0)] * 10,
+                 warmup=3.0, compile=True)
+    text = report.build(tmp_path, tmp_path).read_text()
+    assert "Command: `bash run.sh --preset cpu --scripts dqn`" in text and "Preset `cpu`" in text
+    assert "final return (last 10 episodes; mean ± std over seeds) | reached 200 |" in text
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
+    assert "| 2/3 ⚠ not learned: seed 3 (50.0) |" in rows["| eager script"]
+    assert "| 3/3 |" in rows["| --compile"]
+    assert "Why this task:" in text and "## Not in this preset" in text
+    assert text.index("![return_vs_time]") < text.index("## dqn")
