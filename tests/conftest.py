@@ -1,6 +1,10 @@
 import pytest
+import torch
 
-from helpers import RunCache
+from helpers import ENV, WORKERS, RunCache
+
+if WORKERS > 1:  # this process's share of the cores too (see helpers.ENV)
+    torch.set_num_threads(int(ENV["OMP_NUM_THREADS"]))
 
 
 @pytest.fixture(scope="session")

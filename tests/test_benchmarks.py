@@ -95,3 +95,9 @@ def test_multigpu_scaling_benchmark():
     assert [r[0] for r in scaling] == ["2"] and float(scaling[0][4]) == 1.0 and float(scaling[0][2]) > 0
     pieces = [r for r in rows if len(r) == 4 and r[0] == "2"]
     assert len(pieces) == 1 and all(float(v) > 0 for v in pieces[0][1:])
+
+
+def test_dqn_buffer_memory_benchmark():
+    rows = table_rows(bench("benchmarks/dqn_buffer_memory.py", "--size", "20000"))
+    assert rows[1][:3] == ["dqn_atari_envpool", "20000", "7081"], rows
+    assert float(rows[1][4].split()[0]) >= 0.9 * float(rows[1][3].split()[0]) > 0  # the pages were written

@@ -39,6 +39,14 @@ PAIRS = {  # eager script, optimized script, short run, tags compared, the last 
     "ppo_atari": ("ppo_atari_envpool", "ppo_atari_envpool_torchcompile",
                   ("--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512",
                    "--num-minibatches", "2", "--update-epochs", "2", "--seed", "7"), PPO_LOSSES, None),
+    # DQN with exploration off: the pair draws its ε-greedy choices from different generators
+    "dqn": ("dqn", "dqn_torchcompile", ("--env-id", "CartPole-v1", "--total-timesteps", "1500", "--learning-starts",
+                                        "500", "--target-network-frequency", "200", "--seed", "3", "--start-e", "0",
+                                        "--end-e", "0"), ["losses/td_loss", "losses/q_values"], None),
+    "dqn_atari": ("dqn_atari_envpool", "dqn_atari_envpool_torchcompile",
+                  ("--env-id", "Breakout-v5", "--total-timesteps", "1200", "--learning-starts", "400", "--buffer-size",
+                   "1000", "--target-network-frequency", "200", "--seed", "3", "--start-e", "0", "--end-e", "0"),
+                  ["losses/td_loss", "losses/q_values"], None),
 }
 # GPU kernels round differently from one another (vmapped against separate matmuls, fused optimizer
 # steps, other reduction orders), and training amplifies it: over the first 100 off-policy updates,
