@@ -302,8 +302,9 @@ def main(args: Args) -> None:
         # the optimizer step stays eager: one fused kernel, that compiled would add graph breaks
         loss_and_grads = torch.compile(loss_and_grads)
         if device.type == "cuda":
-            # on a CPU the compiled acting step loses: at batch 1 its call overhead outweighs the
-            # saving (benchmarks/inference.py)
+            # compiled on CUDA only, as in dqn_torchcompile.py; on a 2-core CPU the same Nature CNN (PPO
+            # Atari's) acts 1.15x faster compiled at batch 1 (0.79 against 0.91 ms; benchmarks/inference.py,
+            # docs/inference): compiling it on the CPU too is a candidate change, not measured in this script
             policy = torch.compile(policy)
 
     if args.cudagraphs:

@@ -256,7 +256,7 @@ def main(args: Args) -> None:
         loss_and_grads = torch.compile(loss_and_grads)
         if device.type == "cuda":
             # on a CPU the compiled acting step loses: at batch 1 its call overhead outweighs the math
-            # (2-core CPU: 104 against 65 µs per call; benchmarks/compile_scope.py)
+            # (2-core CPU, batch 1: 150 against 71 µs per call; benchmarks/inference.py, docs/inference)
             policy = torch.compile(policy)
 
     if args.cudagraphs:

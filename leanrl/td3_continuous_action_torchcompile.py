@@ -288,17 +288,23 @@ def main(args: Args) -> None:
             # without it (the contract); on a GPU inductor's own generator is faster and stays on
             torch._inductor.config.fallback_random = True
         # trace loss.backward() into the compiled graph: forward and backward become one graph, no
-        # graph break (SAC's critic update: 5.0 ms with it, 5.9 ms without; benchmarks/parts.py)
+        # graph break (SAC's critic update on a 2-core CPU: 3.8 ms with it, 3.7 without, within the noise;
+        # docs/compile_scope.md)
         torch._dynamo.config.trace_autograd_ops = True
         # recompute views in the backward rather than saving them, so that no bool mask needs saving
         # (inductor's AVX2 code writes one 17x slower than eager); the critic update measures the same
         # with or without it today, it guards against a partition that saves masks
         torch._functorch.config.recompute_views = True
         # Compile the losses with their backward passes; the optimizer steps stay eager: each is a
-        # single fused kernel, and compiled they would add graph breaks and guard checks (SAC's critic
-        # update on a 2-core CPU: 5.0 ms this way, 5.6 ms with the step compiled in; benchmarks/parts.py).
+        # single fused kernel, and compiled they add graph breaks (5 in the whole SAC critic step) and guard
+        # checks; under --cudagraphs the step is inside the replayed graph anyway. On a 2-core CPU the
+        # whole step compiled measures the same (SAC's critic update: 3.8 ms this way, 3.6 ms whole,
+        # spreads overlapping; docs/compile_scope.md)
         critic_loss = torch.compile(critic_loss)
         actor_loss = torch.compile(actor_loss)
+        # on a 2-core CPU this small MLP's compiled acting step loses at batch 1 (98 against 53 µs;
+        # benchmarks/inference.py, docs/inference), a fraction of a percent of a step; on a GPU it
+        # becomes part of the acting graph
         policy = torch.compile(policy)
 
     if args.cudagraphs:
