@@ -118,6 +118,11 @@ class Server:
         act, shape, dtype, _ = build_policy(policy, self.device, greedy)
         if compile:
             act = torch.compile(act)
+            # Compile here, before any request: unbatched requests arrive on several RPC threads at once,
+            # and Dynamo compiling one function from several threads fails its own guards until it hits
+            # its recompile limit and falls back to eager for good (seen with 14 observers).
+            for batch in {1, observers}:
+                act(torch.zeros((batch, *shape), dtype=dtype, device=self.device))
         if cudagraphs and self.device.type == "cuda":
             from tensordict.nn import CudaGraphModule
 
