@@ -7,20 +7,19 @@ Each optimization carries a comment saying what it saves:
   device and rebuilds the stacks there: a batch is a gather on the device, and a
   frame crosses from the host once, when it is stored; its bookkeeping (a few
   numbers per slot) stays on the host, where reading it costs no sync;
-- ε-greedy actions are picked on the device, the random draw included: no host
-  branch, one function that compiles and replays as a CUDA graph;
+- ε-greedy decides on the host, before any tensor work: an exploring step runs
+  no network at all, and a greedy one is one graph (compiled on a GPU, replayed);
 - frames and convolutions in the channels-last layout;
 - the target network is updated with one fused `lerp_`;
 - `--compile`: `torch.compile` of the loss with its backward pass (the fused
   optimizer step stays eager: one kernel), and of the acting step on a GPU;
-- `--cudagraphs`: the whole update, and the acting step, replayed as one CUDA
-  graph each (tensordict's `CudaGraphModule`): no kernel-launch overhead on a GPU;
+- `--cudagraphs`: the whole update, and the greedy acting step, replayed as one
+  CUDA graph each (tensordict's `CudaGraphModule`): no kernel-launch overhead on a GPU;
 - no `.item()` in the hot loop but the action handed to the environment.
 
 The two scripts draw the same batches (the replay buffer has a generator of its
-own); the eager one draws its ε-greedy choices from Python's generator, as CleanRL
-does, and this one from torch's, on the device. With exploration off (`--start-e 0
---end-e 0`) their runs can be compared number for number on the CPU.
+own) and the same ε-greedy choices (Python's generator and the action space's, as
+CleanRL does), so their runs can be compared number for number on the CPU.
 
     python leanrl/dqn_atari_envpool_torchcompile.py --compile --cudagraphs
 """
@@ -161,14 +160,6 @@ class QNetwork(nn.Module):
         return self.network(x.contiguous(memory_format=torch.channels_last) / 255.0)
 
 
-def epsilon_greedy(q_values, epsilon):
-    """ε-greedy actions picked on the device: a random action and the greedy one are both computed and
-    `torch.where` keeps one, with no host branch on a random draw (nothing to sync, one graph)."""
-    explore = torch.rand(q_values.shape[:-1], device=q_values.device) < epsilon
-    random_actions = torch.randint(0, q_values.shape[-1], q_values.shape[:-1], device=q_values.device)
-    return torch.where(explore, random_actions, q_values.argmax(dim=-1))
-
-
 def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
     slope = (end_e - start_e) / duration
     return max(slope * t + start_e, end_e)
@@ -265,13 +256,11 @@ def main(args: Args) -> None:
     target_params = q_params.clone()
     target_network = QNetwork(envs, device="meta")
     target_params.to_module(target_network, preserve_module_state=False)
-    # ε lives in a device tensor updated in place: compiled code and CUDA graphs read its new value
-    epsilon = torch.tensor(args.start_e, dtype=torch.float32, device=device)
 
     rb = ReplayBuffer(args.buffer_size, envs.single_observation_space.shape[1:], device, args.seed)
 
-    def policy(obs, epsilon):
-        return epsilon_greedy(q_network_detach(obs), epsilon)
+    def policy(obs):
+        return q_network_detach(obs).argmax(dim=-1)  # the greedy action
 
     def loss_and_grads(data):
         with torch.no_grad():
@@ -303,7 +292,7 @@ def main(args: Args) -> None:
         loss_and_grads = torch.compile(loss_and_grads)
         if device.type == "cuda":
             # compiled on CUDA only, as in dqn_torchcompile.py; on a 2-core CPU the same Nature CNN (PPO
-            # Atari's) acts 1.15x faster compiled at batch 1 (0.79 against 0.91 ms; benchmarks/inference.py,
+            # Atari's) acts 1.13x faster compiled at batch 1 (0.98 against 1.11 ms; benchmarks/inference.py,
             # docs/inference): compiling it on the CPU too is a candidate change, not measured in this script
             policy = torch.compile(policy)
 
@@ -328,9 +317,13 @@ def main(args: Args) -> None:
     pbar = tqdm.trange(args.total_timesteps, desc=args.exp_name, unit="step")
     for global_step in pbar:
         # ALGO LOGIC: put action logic here
-        epsilon.fill_(linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps,
-                                      global_step))  # in place: no recompilation
-        actions = policy(torch.as_tensor(obs, device=device), epsilon).cpu().numpy()  # uint8 frames cross
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+        # ε-greedy on the host, as in dqn_torchcompile.py: the actions come back to the host every step
+        # anyway, so the branch costs no sync, and an exploring step skips the CNN altogether
+        if random.random() < epsilon:
+            actions = np.array([envs.single_action_space.sample()])
+        else:
+            actions = policy(torch.as_tensor(obs, device=device)).cpu().numpy()  # uint8 frames cross
 
         # TRY NOT TO MODIFY: execute the game and log data.
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -357,7 +350,7 @@ def main(args: Args) -> None:
                     # the only reads of device values in the loop but the action, at logging intervals
                     for key, value in out.items():
                         writer.add_scalar(f"losses/{key}", value.item(), global_step)
-                    writer.add_scalar("charts/epsilon", epsilon.item(), global_step)
+                    writer.add_scalar("charts/epsilon", epsilon, global_step)
                     if (sps := speed.log(global_step)) is not None:
                         pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
 

@@ -5,20 +5,19 @@ optimization carries a comment saying what it saves:
 
 - the replay buffer is a TensorDict preallocated on the training device and
   sampled there: no host round-trip per update;
-- ε-greedy actions are picked on the device, the random draw included: no host
-  branch, one function that compiles and replays as a CUDA graph;
+- ε-greedy decides on the host, before any tensor work: an exploring step runs
+  no network at all, and a greedy one calls the layers' functions directly;
 - the target network is updated with one fused `lerp_`;
 - `--compile`: `torch.compile` of the loss with its backward pass (the fused
   optimizer step stays eager: one kernel);
-- `--cudagraphs`: the whole update, and the acting step, replayed as one CUDA
-  graph each (tensordict's `CudaGraphModule`): no kernel-launch overhead on a GPU;
+- `--cudagraphs`: the whole update, and the greedy acting step, replayed as one
+  CUDA graph each (tensordict's `CudaGraphModule`): no kernel-launch overhead on a GPU;
 - no `.item()` in the hot loop but the action handed to the environment: losses
   are read back only at logging intervals.
 
 The two scripts draw the same batches (the replay buffer has a generator of its
-own); the eager one draws its ε-greedy choices from Python's generator, as CleanRL
-does, and this one from torch's, on the device. With exploration off (`--start-e 0
---end-e 0`) their runs can be compared number for number on the CPU.
+own) and the same ε-greedy choices (Python's generator and the action space's, as
+CleanRL does), so their runs can be compared number for number on the CPU.
 
     python leanrl/dqn_torchcompile.py --compile --cudagraphs
 """
@@ -135,13 +134,15 @@ class QNetwork(nn.Module):
     def forward(self, x):
         return self.network(x)
 
-
-def epsilon_greedy(q_values, epsilon):
-    """ε-greedy actions picked on the device: a random action and the greedy one are both computed and
-    `torch.where` keeps one, with no host branch on a random draw (nothing to sync, one graph)."""
-    explore = torch.rand(q_values.shape[:-1], device=q_values.device) < epsilon
-    random_actions = torch.randint(0, q_values.shape[-1], q_values.shape[:-1], device=q_values.device)
-    return torch.where(explore, random_actions, q_values.argmax(dim=-1))
+    def greedy_action(self, x):
+        """argmax of `forward`, with the layers' functions called on their weights directly: at batch 1 the
+        nn.Module call machinery (Sequential, five module calls and their hook checks) costs more than the
+        math (2-core CPU, batch 1: 56 against 98 µs through the module call; benchmarks/inference.py,
+        policies dqn and dqn_module, docs/inference)."""
+        first, _, second, _, last = self.network
+        x = F.linear(x, first.weight, first.bias).relu()
+        x = F.linear(x, second.weight, second.bias).relu()
+        return F.linear(x, last.weight, last.bias).argmax(dim=-1)
 
 
 def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
@@ -218,13 +219,10 @@ def main(args: Args) -> None:
     target_params = q_params.clone()
     target_network = QNetwork(env, device="meta")
     target_params.to_module(target_network, preserve_module_state=False)
-    # ε lives in a device tensor updated in place: compiled code and CUDA graphs read its new value
-    epsilon = torch.tensor(args.start_e, dtype=torch.float32, device=device)
-
     rb = ReplayBuffer(args.buffer_size, env.observation_space.shape[0], device, args.seed)
 
-    def policy(obs, epsilon):
-        return epsilon_greedy(q_network_detach(obs), epsilon)
+    def policy(obs):
+        return q_network_detach.greedy_action(obs)
 
     def loss_and_grads(data):
         with torch.no_grad():
@@ -256,7 +254,7 @@ def main(args: Args) -> None:
         loss_and_grads = torch.compile(loss_and_grads)
         if device.type == "cuda":
             # on a CPU the compiled acting step loses: at batch 1 its call overhead outweighs the math
-            # (2-core CPU, batch 1: 150 against 71 µs per call; benchmarks/inference.py, docs/inference)
+            # (2-core CPU, batch 1: 161 against 56 µs per call; benchmarks/inference.py, docs/inference)
             policy = torch.compile(policy)
 
     if args.cudagraphs:
@@ -279,9 +277,15 @@ def main(args: Args) -> None:
     pbar = tqdm.trange(args.total_timesteps, desc=args.exp_name, unit="step")
     for global_step in pbar:
         # ALGO LOGIC: put action logic here
-        epsilon.fill_(linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps,
-                                      global_step))  # in place: no recompilation
-        action = policy(torch.as_tensor(obs, device=device, dtype=torch.float32)[None], epsilon)[0].item()
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+        # ε-greedy on the host: with one environment the action comes back to the host every step anyway,
+        # so a host branch costs no sync, and an exploring step skips the network. Picking on the device
+        # instead (torch.rand + torch.where, no branch) ran the network every step: --compile reached 1.17x
+        # eager's fps that way, 1.58x this way (2-core CPU, benchmarks/sps.py; the README's DQN row)
+        if random.random() < epsilon:
+            action = env.action_space.sample()
+        else:
+            action = policy(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])[0].item()
 
         # TRY NOT TO MODIFY: execute the game and log data.
         next_obs, reward, terminated, truncated, info = env.step(action)
@@ -311,7 +315,7 @@ def main(args: Args) -> None:
                     # the only reads of device values in the loop but the action, at logging intervals
                     for key, value in out.items():
                         writer.add_scalar(f"losses/{key}", value.item(), global_step)
-                    writer.add_scalar("charts/epsilon", epsilon.item(), global_step)
+                    writer.add_scalar("charts/epsilon", epsilon, global_step)
                     if (sps := speed.log(global_step)) is not None:
                         pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
 

@@ -1,7 +1,6 @@
 """The DQN pairs: every flag combination runs and logs, the optimized script's numbers match its eager
-twin's (with exploration off: the two draw their ε-greedy choices from different generators) and its
-own with --compile, a seed gives the same numbers twice, ε-greedy on the device picks what it should,
-and both CartPole scripts learn."""
+twin's (exploring, and greedy) and its own with --compile, a seed gives the same numbers twice, and
+both CartPole scripts learn."""
 
 import envpool
 import numpy as np
@@ -26,9 +25,10 @@ def test_every_flag_combination_runs_and_logs(config, cached_run):
     assert len(run.values("charts/episodic_return")) > 20 and run.values("charts/warmup_time")
 
 
-# Same batches, same formulas: with exploration off the two scripts play the same games, and only
-# the rounding differs (fused Adam, a fused target copy); over 100 updates every logged value agrees
-# within 1e-4 relative. --compile draws the same random numbers as no flag (exploration on).
+# Same batches, same ε-greedy draws (CartPole's: both scripts decide on the host), same formulas: the
+# two scripts play the same games, and only the rounding differs (fused Adam, a fused target copy); over
+# 100 updates every logged value agrees within 1e-4 relative. Exploring (ε near 1 in SHORT) checks the
+# draws; greedy (ε = 0) checks the acting network. --compile draws the random numbers of no flag.
 TOL = dict(rtol=1e-4, atol=1e-6)
 
 
@@ -37,8 +37,9 @@ def test_compile_gives_the_numbers_of_no_compile(cached_run):
     assert_close_logs(compiled, plain, LOSSES + ["charts/episodic_return"], **TOL)
 
 
-def test_optimized_script_learns_what_the_eager_one_learns(cached_run):
-    eager, fast = cached_run(EAGER, *GREEDY).check(), cached_run(FAST, *GREEDY).check()
+@pytest.mark.parametrize("args", [SHORT, GREEDY], ids=["exploring", "greedy"])
+def test_optimized_script_learns_what_the_eager_one_learns(args, cached_run):
+    eager, fast = cached_run(EAGER, *args).check(), cached_run(FAST, *args).check()
     assert_close_logs(fast, eager, LOSSES + ["charts/episodic_return"], **TOL)
 
 
@@ -46,20 +47,6 @@ def test_optimized_script_learns_what_the_eager_one_learns(cached_run):
 def test_same_seed_same_numbers(script, cached_run, tmp_path):
     again = run_script(script, *SHORT, cwd=tmp_path).check()
     assert_identical_logs(cached_run(script, *SHORT).check(), again)
-
-
-def test_epsilon_greedy_on_the_device():
-    """ε = 0: the greedy action; ε = 1: uniform actions; in between, a random action with probability ε
-    (so the greedy one with probability 1 - ε + ε / n)."""
-    greedy = load_script(FAST).epsilon_greedy
-    torch.manual_seed(0)
-    q = torch.randn(20000, 4)
-    best = q.argmax(-1)
-    assert torch.equal(greedy(q, torch.tensor(0.0)), best)
-    counts = torch.bincount(greedy(q, torch.tensor(1.0)), minlength=4).numpy() / len(q)
-    np.testing.assert_allclose(counts, 0.25, atol=0.015)  # 4 standard deviations of a share of 20000 draws
-    kept = (greedy(q, torch.tensor(0.3)) == best).float().mean().item()
-    assert abs(kept - (0.7 + 0.3 / 4)) < 0.015
 
 
 # CartPole-v1: a random policy lasts 22 steps on average (std 12; over 100 groups of 50 episodes,
@@ -105,11 +92,17 @@ def test_atari_compile_gives_the_numbers_of_no_compile(cached_run):
 
 
 # The optimized script runs its convolutions in the channels-last layout, whose kernels round
-# differently: over 175 updates the Q-values drift apart by up to 1e-3 relative (the games are the same).
-def test_atari_optimized_script_learns_what_the_eager_one_learns(cached_run):
-    eager, fast = cached_run(ATARI_EAGER, *ATARI_GREEDY).check(), cached_run(ATARI_FAST, *ATARI_GREEDY).check()
-    assert_close_logs(fast, eager, LOSSES, rtol=1e-2, atol=1e-6)
-    assert_close_logs(fast, eager, ["charts/episodic_return", "charts/episodic_length"], rtol=0, atol=0)
+# differently: greedy, over 175 updates the Q-values drift apart by up to 1e-3 relative (the games are
+# the same). Exploring (ε from 1 to 0.01 over the first 120 steps) the two scripts make the same ε-greedy
+# draws on the host, so they play the same games; there the batches hold more rewards and the drift grows
+# to 2% of the Q-values by step 1100 (measured), so the losses are compared greedy only.
+@pytest.mark.parametrize("args", [ATARI, ATARI_GREEDY], ids=["exploring", "greedy"])
+def test_atari_optimized_script_learns_what_the_eager_one_learns(args, cached_run):
+    eager, fast = cached_run(ATARI_EAGER, *args).check(), cached_run(ATARI_FAST, *args).check()
+    games = ["charts/episodic_return", "charts/episodic_length", "charts/epsilon"]
+    assert_close_logs(fast, eager, games, rtol=0, atol=0)
+    if args == ATARI_GREEDY:
+        assert_close_logs(fast, eager, LOSSES, rtol=1e-2, atol=1e-6)
 
 
 @pytest.mark.parametrize("script", [ATARI_EAGER, ATARI_FAST])

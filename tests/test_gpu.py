@@ -39,7 +39,7 @@ PAIRS = {  # eager script, optimized script, short run, tags compared, the last 
     "ppo_atari": ("ppo_atari_envpool", "ppo_atari_envpool_torchcompile",
                   ("--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512",
                    "--num-minibatches", "2", "--update-epochs", "2", "--seed", "7"), PPO_LOSSES, None),
-    # DQN with exploration off: the pair draws its ε-greedy choices from different generators
+    # DQN greedy (ε = 0): every step runs the acting graph
     "dqn": ("dqn", "dqn_torchcompile", ("--env-id", "CartPole-v1", "--total-timesteps", "1500", "--learning-starts",
                                         "500", "--target-network-frequency", "200", "--seed", "3", "--start-e", "0",
                                         "--end-e", "0"), ["losses/td_loss", "losses/q_values"], None),
