@@ -10,7 +10,9 @@ scripts build them (a detached copy of the weights run by a "meta" shell):
 - ppo_mlp: continuous PPO's actor-critic, `Agent.get_action_and_value` (HalfCheetah sizes);
 - sac: SAC's actor with its tanh-Gaussian sampling, `Actor.get_action` (HalfCheetah sizes);
 - td3: TD3's deterministic actor, `Actor.forward` (HalfCheetah sizes);
-- dqn: DQN's Q-network with ε-greedy on the device, `epsilon_greedy(QNetwork(obs), ε)` (CartPole).
+- dqn: DQN's greedy action, `QNetwork.greedy_action(obs)` (CartPole; ε-greedy decides on the host first);
+- dqn_module: the same action through the module call, `QNetwork(obs).argmax(-1)`, which the script
+  does not use (at batch 1 the module machinery costs more than the math).
 
 Arms: eager; `torch.compile` with every backend of `torch._dynamo.list_backends()` (inductor in each
 mode: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs; the others with their
@@ -49,9 +51,8 @@ from benchmarks.common import device_sync, interleaved, load_script, percentile 
 from benchmarks.report import describe_machine  # noqa: E402
 
 MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
-POLICIES = ["atari", "ppo_mlp", "sac", "td3", "dqn"]
+POLICIES = ["atari", "ppo_mlp", "sac", "td3", "dqn", "dqn_module"]
 BATCH_SIZES = [1, 8, 64, 256, 1024]
-EPSILON = 0.05  # DQN's exploration rate at the end of its schedule
 
 
 @dataclass
@@ -92,13 +93,12 @@ def build(name: str, batch: int, device: torch.device) -> Policy:
         _, acting = detached(m.Actor, env, device)
         obs = torch.randn(batch, env.observation_space.shape[0], device=device, generator=g)
         return Policy(acting.get_action if name == "sac" else acting, obs, random_outputs=(0, 1) if name == "sac" else ())
-    if name == "dqn":
+    if name in ("dqn", "dqn_module"):
         m = load_script("dqn_torchcompile")
         env = m.make_env("CartPole-v1", seed=0)
         _, acting = detached(m.QNetwork, env, device)
-        epsilon = torch.tensor(EPSILON, device=device)
         obs = torch.randn(batch, env.observation_space.shape[0], device=device, generator=g)
-        return Policy(lambda x: m.epsilon_greedy(acting(x), epsilon), obs, random_outputs=(0,))
+        return Policy(acting.greedy_action if name == "dqn" else (lambda x: acting(x).argmax(-1)), obs)
     raise ValueError(name)
 
 

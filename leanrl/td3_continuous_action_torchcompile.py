@@ -302,7 +302,7 @@ def main(args: Args) -> None:
         # spreads overlapping; docs/compile_scope.md)
         critic_loss = torch.compile(critic_loss)
         actor_loss = torch.compile(actor_loss)
-        # on a 2-core CPU this small MLP's compiled acting step loses at batch 1 (98 against 53 µs;
+        # on a 2-core CPU this small MLP's compiled acting step loses at batch 1 (171 against 99 µs;
         # benchmarks/inference.py, docs/inference), a fraction of a percent of a step; on a GPU it
         # becomes part of the acting graph
         policy = torch.compile(policy)

@@ -45,8 +45,9 @@ def test_inference_benchmark(tmp_path):
           "--out", str(tmp_path), timeout=1200)
     result = json.loads((tmp_path / "results.json").read_text())
     rows = {(r["policy"], r["arm"]): r for r in result["rows"]}
-    assert {p for p, _ in rows} == {"atari", "ppo_mlp", "sac", "td3", "dqn"}
-    for policy in ("atari", "ppo_mlp", "sac", "td3", "dqn"):
+    policies = ("atari", "ppo_mlp", "sac", "td3", "dqn", "dqn_module")
+    assert {p for p, _ in rows} == set(policies)
+    for policy in policies:
         eager, compiled, broken = (rows[policy, arm] for arm in ("eager", "inductor default", "no_such_backend"))
         for row in (eager, compiled):
             assert row["status"] == "ok" and row["calls"] >= 3 and row["matches_eager"] == "yes", row
