@@ -112,8 +112,20 @@ def run_in_process(script: str, *args: str, cwd: Path) -> Run:
 def interrupt_script(script: str, *args: str, cwd: Path, after_step: int, timeout: float = 300) -> Run:
     """Start a run, send SIGINT once its progress bar has passed `after_step`, wait for it to exit."""
     cwd.mkdir(parents=True, exist_ok=True)
+    # a shell without job control starts background jobs with SIGINT ignored, and a Python started so
+    # never raises KeyboardInterrupt: the child gets the default disposition back, as in a terminal
     proc = subprocess.Popen(script_cmd(script, *args), cwd=cwd, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        return _interrupt(proc, cwd, after_step, timeout)
+    finally:
+        if proc.poll() is None:  # a failed check leaves no run behind
+            proc.kill()
+            proc.wait()
+
+
+def _interrupt(proc: subprocess.Popen, cwd: Path, after_step: int, timeout: float) -> Run:
     stderr: list[str] = []
     reached = threading.Event()
 
