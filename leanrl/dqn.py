@@ -229,7 +229,9 @@ def main(args: Args) -> None:
                     target_param.data.copy_(args.tau * q_param.data + (1.0 - args.tau) * target_param.data)
 
     if args.save_model:
-        from evals import evaluate  # serves --save-model only: imported here, this file alone still trains
+        # serves --save-model only: imported here, from the repository root, so this file alone still trains
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from leanrl_utils.evals import evaluate
 
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         torch.save({"algo": "dqn", "args": asdict(args), "q_network": q_network.state_dict()}, model_path)

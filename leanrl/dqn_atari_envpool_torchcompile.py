@@ -7,8 +7,6 @@ Each optimization carries a comment saying what it saves:
   device and rebuilds the stacks there: a batch is a gather on the device, and a
   frame crosses from the host once, when it is stored; its bookkeeping (a few
   numbers per slot) stays on the host, where reading it costs no sync;
-- ε-greedy decides on the host, before any tensor work: an exploring step runs
-  no network at all, and a greedy one is one graph (compiled on a GPU, replayed);
 - frames and convolutions in the channels-last layout;
 - the target network is updated with one fused `lerp_`;
 - `--compile`: `torch.compile` of the loss with its backward pass (the fused
@@ -318,8 +316,8 @@ def main(args: Args) -> None:
     for global_step in pbar:
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
-        # ε-greedy on the host, as in dqn_torchcompile.py: the actions come back to the host every step
-        # anyway, so the branch costs no sync, and an exploring step skips the CNN altogether
+        # ε-greedy on the host, as in the eager script: the actions come back every step anyway, so the
+        # branch costs no sync, and an exploring step runs no CNN (a device-side pick would run it always)
         if random.random() < epsilon:
             actions = np.array([envs.single_action_space.sample()])
         else:
@@ -359,7 +357,9 @@ def main(args: Args) -> None:
                 update_target()
 
     if args.save_model:
-        from evals import evaluate  # serves --save-model only: imported here, this file alone still trains
+        # serves --save-model only: imported here, from the repository root, so this file alone still trains
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from leanrl_utils.evals import evaluate
 
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         torch.save({"algo": "dqn_atari", "args": asdict(args), "q_network": q_network.state_dict()}, model_path)

@@ -5,8 +5,8 @@ optimization carries a comment saying what it saves:
 
 - the replay buffer is a TensorDict preallocated on the training device and
   sampled there: no host round-trip per update;
-- ε-greedy decides on the host, before any tensor work: an exploring step runs
-  no network at all, and a greedy one calls the layers' functions directly;
+- the greedy action calls the layers' functions on the weights directly, not
+  the module: at batch 1 the module machinery costs more than the math;
 - the target network is updated with one fused `lerp_`;
 - `--compile`: `torch.compile` of the loss with its backward pass (the fused
   optimizer step stays eager: one kernel);
@@ -278,10 +278,11 @@ def main(args: Args) -> None:
     for global_step in pbar:
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
-        # ε-greedy on the host: with one environment the action comes back to the host every step anyway,
-        # so a host branch costs no sync, and an exploring step skips the network. Picking on the device
-        # instead (torch.rand + torch.where, no branch) ran the network every step: --compile reached 1.17x
-        # eager's fps that way, 1.58x this way (2-core CPU, benchmarks/sps.py; the README's DQN row)
+        # ε-greedy on the host, as in the eager script: with one environment the action comes back every
+        # step anyway, so the branch costs no sync, and an exploring step runs no network. Picking on the
+        # device instead (torch.rand + torch.where, no branch) ran the network every step: --compile at 1.17x
+        # eager's fps that way, 1.30x with this branch, 1.58x with greedy_action too (2-core CPU,
+        # benchmarks/sps.py; the README's DQN row)
         if random.random() < epsilon:
             action = env.action_space.sample()
         else:
@@ -324,7 +325,9 @@ def main(args: Args) -> None:
                 update_target()
 
     if args.save_model:
-        from evals import evaluate  # serves --save-model only: imported here, this file alone still trains
+        # serves --save-model only: imported here, from the repository root, so this file alone still trains
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from leanrl_utils.evals import evaluate
 
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         torch.save({"algo": "dqn", "args": asdict(args), "q_network": q_network.state_dict()}, model_path)

@@ -408,7 +408,9 @@ def main(args: Args) -> None:
     if args.world_size > 1:
         dist.destroy_process_group()
     if args.save_model and rank == 0:
-        from evals import evaluate  # serves --save-model only: imported here, this file alone still trains
+        # serves --save-model only: imported here, from the repository root, so this file alone still trains
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from leanrl_utils.evals import evaluate
 
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         torch.save({"algo": "ppo_atari", "args": asdict(args), "agent": agent.state_dict()}, model_path)

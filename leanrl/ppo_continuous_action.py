@@ -357,7 +357,9 @@ def main(args: Args) -> None:
             pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
 
     if args.save_model:
-        from evals import evaluate  # serves --save-model only: imported here, this file alone still trains
+        # serves --save-model only: imported here, from the repository root, so this file alone still trains
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from leanrl_utils.evals import evaluate
 
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         # the observation normalizer's statistics belong to the policy: save them beside it

@@ -7,6 +7,7 @@ import pytest
 import torch
 from helpers import (PPO_LOSSES, assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, load_script,
                      run_script)
+from leanrl_utils import evals  # helpers puts the repository root on the path
 
 EAGER, FAST = "ppo_continuous_action", "ppo_continuous_action_torchcompile"
 # 4 iterations of 256 steps on Pendulum (episodes of exactly 200 steps): losses logged 4 times,
@@ -128,7 +129,7 @@ def test_evaluation_freezes_the_observation_normalization():
     """evals.freeze_normalization loads the saved statistics into the NormalizeObservation wrapper and
     stops it updating them, however many steps are played (the wrapper's own flag; gymnasium's
     set_wrapper_attr would stop at NormalizeReward, which has a flag of the same name)."""
-    evals, module = load_script("evals"), load_script(EAGER)
+    module = load_script(EAGER)
     envs = module.make_envs(module.Args(env_id="Pendulum-v1"), "", num_envs=1)
     saved = {"mean": torch.tensor([0.5, -0.5, 1.0]), "var": torch.tensor([2.0, 3.0, 4.0]), "count": 123.0}
     evals.freeze_normalization(envs, saved)

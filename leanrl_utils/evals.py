@@ -1,11 +1,11 @@
 """Load back a policy saved with `--save-model`, and play it.
 
-This is the one helper module the contract allows (CleanRL's `cleanrl_utils/evals`):
-the scripts import it only under `--save-model`, so that a script copied alone still
-trains. A checkpoint names its algorithm; the policy is rebuilt with the eager
+This is the one helper module the contract allows (CleanRL's `cleanrl_utils/evals`),
+kept beside `leanrl/` so that every file there is a script: the scripts import it only
+under `--save-model`, so that a script copied alone still trains. A checkpoint names its algorithm; the policy is rebuilt with the eager
 script's classes, so a model saved by either script of a pair loads the same way.
 
-    from leanrl.evals import load_policy, evaluate
+    from leanrl_utils.evals import load_policy, evaluate      # from the repository root
     policy, args = load_policy("runs/<run>/sac_continuous_action.pt")[:2]
     returns = evaluate("runs/<run>/sac_continuous_action.pt", eval_episodes=5)
 """
@@ -22,16 +22,18 @@ import torch
 # algorithm -> the eager script whose classes rebuild its policy
 SCRIPTS = {"sac": "sac_continuous_action", "td3": "td3_continuous_action", "ppo_continuous": "ppo_continuous_action",
            "ppo_atari": "ppo_atari_envpool", "dqn": "dqn", "dqn_atari": "dqn_atari_envpool"}
+SCRIPT_DIR = Path(__file__).resolve().parents[1] / "leanrl"
 EVAL_EPSILON = 0.05  # DQN plays ε-greedy with a small ε, as CleanRL's evaluation does
 
 
 def script(name: str):
-    """A script of this folder as a module (its training loop runs only under __main__)."""
+    """A script of leanrl/ as a module, built once per process (its training loop runs only under
+    __main__). It is registered in sys.modules before it runs: compiled code looks its globals up there."""
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        spec = importlib.util.spec_from_file_location(name, SCRIPT_DIR / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
         sys.modules[name] = module
+        spec.loader.exec_module(module)
     return sys.modules[name]
 
 
