@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ENV, PPO_LOSSES, SCRIPTS, Run, assert_close_logs
+from helpers import ENV, MODES, PPO_LOSSES, SCRIPTS, Run, assert_close_logs
+from test_dqn import ATARI_GREEDY as DQN_ATARI_GREEDY, GREEDY as DQN_GREEDY
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: run `pytest -m gpu` on a GPU")]
 
-MODES = [(), ("--compile",), ("--cudagraphs",), ("--compile", "--cudagraphs")]
 Q_LOSSES = ["losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss", "losses/qf_loss",
             "losses/actor_loss"]
 OFF_POLICY = ("--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-starts", "200", "--seed", "3")
@@ -40,12 +40,8 @@ PAIRS = {  # eager script, optimized script, short run, tags compared, the last 
                   ("--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512",
                    "--num-minibatches", "2", "--update-epochs", "2", "--seed", "7"), PPO_LOSSES, None),
     # DQN greedy (ε = 0): every step runs the acting graph
-    "dqn": ("dqn", "dqn_torchcompile", ("--env-id", "CartPole-v1", "--total-timesteps", "1500", "--learning-starts",
-                                        "500", "--target-network-frequency", "200", "--seed", "3", "--start-e", "0",
-                                        "--end-e", "0"), ["losses/td_loss", "losses/q_values"], None),
-    "dqn_atari": ("dqn_atari_envpool", "dqn_atari_envpool_torchcompile",
-                  ("--env-id", "Breakout-v5", "--total-timesteps", "1200", "--learning-starts", "400", "--buffer-size",
-                   "1000", "--target-network-frequency", "200", "--seed", "3", "--start-e", "0", "--end-e", "0"),
+    "dqn": ("dqn", "dqn_torchcompile", DQN_GREEDY, ["losses/td_loss", "losses/q_values"], None),
+    "dqn_atari": ("dqn_atari_envpool", "dqn_atari_envpool_torchcompile", DQN_ATARI_GREEDY,
                   ["losses/td_loss", "losses/q_values"], None),
 }
 # GPU kernels round differently from one another (vmapped against separate matmuls, fused optimizer
