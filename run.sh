@@ -97,23 +97,25 @@ fi
 
 failed=0 done_runs=0 skipped=0
 for pair in "${pairs[@]}"; do
-  for mode in "${MODES[@]}"; do
-    if [[ $mode == *cudagraphs* && $cuda != 1 ]]; then
-      echo "== ${EAGER[$pair]} $mode: skipped (no CUDA device)"
-      continue
-    fi
-    script=${EAGER[$pair]} flags=()
-    [ "$mode" = eager ] || script+=_torchcompile
-    [[ $mode == *compile* && $mode != cudagraphs ]] && flags+=(--compile)
-    [[ $mode == *cudagraphs* ]] && flags+=(--cudagraphs)
-    extra=""
-    [ $quick = 1 ] && extra=${QUICK[$pair]}
-    [ -n "$preset" ] && extra=${PRESET_ARGS[$pair]}
-    [ -n "$steps" ] && extra=$(sed -E 's/--total-timesteps [0-9]+ ?//' <<< "$extra")  # --steps wins
-    read -r -a extra_args <<< "$extra"
-    flags+=("${extra_args[@]}")
-    [ -n "$steps" ] && flags+=(--total-timesteps "$steps")
-    for seed in "${seeds[@]}"; do
+  # seed outermost: the modes of a seed run back to back, so the drift of a shared machine falls
+  # on all of them, and a run cut short leaves whole seeds, eager beside optimized
+  for seed in "${seeds[@]}"; do
+    for mode in "${MODES[@]}"; do
+      if [[ $mode == *cudagraphs* && $cuda != 1 ]]; then
+        [ "$seed" = "${seeds[0]}" ] && echo "== ${EAGER[$pair]} $mode: skipped (no CUDA device)"
+        continue
+      fi
+      script=${EAGER[$pair]} flags=()
+      [ "$mode" = eager ] || script+=_torchcompile
+      [[ $mode == *compile* && $mode != cudagraphs ]] && flags+=(--compile)
+      [[ $mode == *cudagraphs* ]] && flags+=(--cudagraphs)
+      extra=""
+      [ $quick = 1 ] && extra=${QUICK[$pair]}
+      [ -n "$preset" ] && extra=${PRESET_ARGS[$pair]}
+      [ -n "$steps" ] && extra=$(sed -E 's/--total-timesteps [0-9]+ ?//' <<< "$extra")  # --steps wins
+      read -r -a extra_args <<< "$extra"
+      flags+=("${extra_args[@]}")
+      [ -n "$steps" ] && flags+=(--total-timesteps "$steps")
       dir="$out/runs/$script/$mode/seed$seed"
       log="$out/logs/${script}__${mode}__seed$seed.log"
       if [ -f "$dir/done" ] && [ $redo = 0 ]; then

@@ -16,7 +16,7 @@ hyperparameters it logged: the script (`exp_name`, the eager twin's name without
 - with a preset (`preset.json` beside the runs, written by `run.sh --preset`):
   how many runs reached the pair's learning threshold (a run that did not is
   flagged), and the median wall-clock time at which the mean of the last N
-  episodes first reached it;
+  episodes first reached it; the preset's pairs with no runs are listed;
 - wall-clock: a run's time from its first to its last log, median;
 - warm-up: `charts/warmup_time` (compilation, CUDA-graph capture; for the eager
   script the same window, so the difference is what compiling costs), median.
@@ -233,6 +233,11 @@ def build(root: Path, out: Path) -> Path:
             lines += [f"Why this task: {preset['pairs'][pair]['why']} Learning threshold: a final return of "
                       f"{preset['pairs'][pair]['threshold']:g}.", ""]
         lines += algo_table(by_algo[algo], last, thresholds.get(algo)) + [""]
+    if preset:
+        missing = [p for p in preset["pairs"] if PAIRS[p] not in by_algo]
+        if missing:  # a preset run cut short, or one given --scripts: say what the report lacks
+            lines += ["## In the preset, not run", ""] + [
+                f"- {p} (`{preset['pairs'][p]['args']}`): no runs under this folder" for p in missing] + [""]
     if preset and preset.get("skipped"):
         lines += ["## Not in this preset", ""] + [f"- {p}: {why}" for p, why in preset["skipped"].items()] + [""]
     partial = [r for r in runs if r.sps is None]

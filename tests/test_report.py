@@ -170,4 +170,6 @@ def test_report_with_the_preset_flags_runs_that_did_not_learn(tmp_path):
     assert "| 2/3 ⚠ not learned: seed 3 (50.0) |" in rows["| eager script"]
     assert "| 3/3 |" in rows["| --compile"]
     assert "Why this task:" in text and "## Not in this preset" in text
+    not_run = text.split("## In the preset, not run")[1].split("##")[0]  # only dqn ran
+    assert "- sac (`--env-id InvertedDoublePendulum-v4" in not_run and "dqn" not in not_run
     assert text.index("![return_vs_time]") < text.index("## dqn")
