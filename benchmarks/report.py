@@ -25,12 +25,14 @@ The headline plot is the return against wall-clock time: one panel per pair, the
 median over seeds with the min-max band, one colour per mode. Every figure names
 the command (`command.txt`, written by run.sh) and the hardware. Runs that logged
 no fps (stopped early, failed) are listed apart, as are the failures `run.sh`
-recorded (`*.failed` files beside the runs).
+recorded (`*.failed` files beside the runs) and the runs it started that have not
+finished (no `done` marker: still running, or stopped), which the table leaves out.
 """
 
 import argparse
 import json
 import platform
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -101,10 +103,22 @@ def mode_of(hparams: dict[str, str]) -> str:
     return "+".join(flags) or "none"
 
 
+def unfinished(run_dir: Path, root: Path) -> bool:
+    """Whether `run_dir` lies in a folder of run.sh (`runs/<script>/<mode>/seed<N>/`) that has no `done`
+    marker: the run is still going, or was stopped, and its curve ends early."""
+    for folder in run_dir.relative_to(root).parents:
+        if re.fullmatch(r"seed\d+", folder.name) and len(folder.parts) == 4 and folder.parts[0] == "runs":
+            return not (root / folder / "done").exists()
+    return False
+
+
 def find_runs(root: Path) -> tuple[list[Run], list[Path]]:
     """Every run under `root`, and the run folders that could not be read as one of ours."""
     runs, unreadable = [], []
     for run_dir in sorted({p.parent for p in root.rglob("events.out.tfevents.*")}):
+        if unfinished(run_dir, root):
+            unreadable.append(run_dir)
+            continue
         log = read_run(run_dir)
         if "exp_name" not in log.hparams:
             unreadable.append(run_dir)
@@ -237,7 +251,7 @@ def build(root: Path, out: Path) -> Path:
         missing = [p for p in preset["pairs"] if PAIRS[p] not in by_algo]
         if missing:  # a preset run cut short, or one given --scripts: say what the report lacks
             lines += ["## In the preset, not run", ""] + [
-                f"- {p} (`{preset['pairs'][p]['args']}`): no runs under this folder" for p in missing] + [""]
+                f"- {p} (`{preset['pairs'][p]['args']}`): no finished runs under this folder" for p in missing] + [""]
     if preset and preset.get("skipped"):
         lines += ["## Not in this preset", ""] + [f"- {p}: {why}" for p, why in preset["skipped"].items()] + [""]
     partial = [r for r in runs if r.sps is None]
@@ -247,7 +261,9 @@ def build(root: Path, out: Path) -> Path:
                   "(stopped before its measured window)" for r in partial]
         lines += [f"- {f.relative_to(root)}: {f.read_text().strip().splitlines()[0] if f.read_text().strip() else 'failed'}"
                   for f in failures]
-        lines += [f"- {p.relative_to(root)}: not a leanrl run (no hyperparameters)" for p in unreadable]
+        lines += [f"- {p.relative_to(root)}: " + ("unfinished (no `done` marker from run.sh: still running, or "
+                                                  "stopped); left out" if unfinished(p, root) else
+                                                  "not a leanrl run (no hyperparameters)") for p in unreadable]
         lines += [""]
     if plots:
         lines += ["## More plots", ""] + [f"![{p.stem}]({p.name})" for p in plots[1:]] + [""]

@@ -54,6 +54,19 @@ def test_table_values_from_known_runs(tmp_path):
         assert (tmp_path / png).stat().st_size > 1000
 
 
+def test_unfinished_run_sh_runs_are_left_out(tmp_path):
+    """A run in run.sh's layout without its `done` marker (still going, or stopped) is listed, not
+    tabled: its curve ends early and would pass for a finished seed."""
+    seed = tmp_path / "runs" / EAGER / "eager"
+    fake_run(seed / "seed1", EAGER, 1, sps=[50], returns=[1.0] * 5)
+    (seed / "seed1" / "done").touch()
+    fake_run(seed / "seed2", EAGER, 2, sps=[70], returns=[2.0] * 5)
+    text = report.build(tmp_path, tmp_path).read_text()
+    assert "| eager script | 1 | 50.0 |" in text
+    incomplete = text.split("## Failed or incomplete runs")[1]
+    assert "runs/sac_continuous_action/eager/seed2/runs/" in incomplete and "unfinished" in incomplete
+
+
 def test_partial_failed_and_foreign_runs_are_reported(tmp_path):
     fake_run(tmp_path, EAGER, 1, sps=[50], returns=[1, 2])
     fake_run(tmp_path, FAST, 1, returns=[1, 2])  # stopped before its fps window
