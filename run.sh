@@ -37,7 +37,7 @@ options:
   --out DIR        output folder (default: results)
   --quick          a few thousand steps per run, small env counts: checks the whole pipeline
   --preset NAME    a preset of benchmarks/presets.json: its pairs, tasks, step budgets and modes
-                   (cpu: learning curves on a 2-core CPU, eager against --compile, about 6 hours)
+                   (cpu: learning curves on a 2-core CPU, eager against --compile, about 3.5 hours)
   --redo           run again the runs already complete
   -h, --help       this help
 EOF
