@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The full eager-vs-optimized comparison: every script pair of leanrl/, the eager script once per
 # seed and the optimized one in each mode per seed, one run at a time, then the report.
+{  # the whole file is one block: bash reads it all before running, so a run of hours is not
+   # thrown off by an edit or a git pull of run.sh meanwhile (bash reads scripts as it goes)
 set -uo pipefail
 cd "$(dirname "$0")"
 
@@ -37,7 +39,9 @@ options:
   --out DIR        output folder (default: results)
   --quick          a few thousand steps per run, small env counts: checks the whole pipeline
   --preset NAME    a preset of benchmarks/presets.json: its pairs, tasks, step budgets and modes
-                   (cpu: learning curves on a 2-core CPU, eager against --compile, about 3.5 hours)
+                   (cpu: learning curves on a 2-core CPU, eager against --compile, about 3.2 hours;
+                   halfcheetah_1m: PPO on HalfCheetah-v4 at CleanRL's 1M steps, eager against
+                   --compile, about 2.4 hours run one at a time)
   --redo           run again the runs already complete
   -h, --help       this help
 EOF
@@ -144,3 +148,5 @@ done
 echo "== $done_runs runs done, $skipped already complete, $failed failed"
 "$PYTHON" benchmarks/report.py "$out" || exit 1
 [ $failed = 0 ]
+exit
+}
