@@ -1,5 +1,6 @@
 """run.sh and the report builder (benchmarks/report.py)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ from helpers import ENV, REPO, load_script
 from torch.utils.tensorboard import SummaryWriter
 
 from benchmarks import report
+from benchmarks.presets import PRESETS
 
 
 def fake_run(root, exp_name, seed, sps=(), returns=(), warmup=None, compile=False, cudagraphs=False,
@@ -142,8 +144,9 @@ def test_run_sh_reports_failed_runs_and_goes_on(tmp_path):
     assert failures.count("failed with exit code 2") == 3
 
 
-def test_the_cpu_preset_parses():
-    """Every pair of the cpu preset has a reason, a threshold, and flags that both of its scripts accept
+@pytest.mark.parametrize("name", json.loads(PRESETS.read_text()))
+def test_every_preset_parses(name):
+    """Every pair of every preset has a reason, a threshold, and flags that both of its scripts accept
     (tyro parses them, the scripts' input checks pass)."""
     import shlex
 
@@ -151,7 +154,8 @@ def test_the_cpu_preset_parses():
 
     from benchmarks.presets import PAIRS, load
 
-    preset = load("cpu")
+    preset = load(name)
+    assert preset["description"]
     assert preset["modes"] == ["eager", "compile"] and preset["last_episodes"] >= 5
     for pair, spec in preset["pairs"].items():
         assert spec["why"] and spec["threshold"] > 0
@@ -166,7 +170,6 @@ def test_report_with_the_preset_flags_runs_that_did_not_learn(tmp_path):
     """Synthetic DQN runs under the cpu preset (threshold 200, last 10 episodes): two seeds of each mode
     end above the threshold, one eager seed below it; the table says so, with the time the others took
     to reach it, and the headline plot is the return against wall-clock time."""
-    import json
 
     from benchmarks.presets import load
 
