@@ -12,7 +12,7 @@ hyperparameters it logged: the script (`exp_name`, the eager twin's name without
   measured window, after the warm-up), median over seeds with min-max;
 - speed-up: that median over the eager script's median;
 - final return: per run, the mean of its last N `charts/episodic_return` values
-  (N = 5, or the preset's `last_episodes`); mean ± std over seeds;
+  (N = 5, or the preset's `last_episodes`); mean ± sample std over seeds, and each seed's;
 - with a preset (`preset.json` beside the runs, written by `run.sh --preset`):
   how many runs reached the pair's learning threshold (a run that did not is
   flagged), and the median wall-clock time at which the mean of the last N
@@ -179,7 +179,7 @@ def algo_table(runs: list[Run], last: int, threshold: float | None) -> list[str]
     eager_median = statistics.median(eager) if eager else None
     learned = [] if threshold is None else [f"reached {threshold:g}", "time to reach it (s, median)"]
     lines = ["| " + " | ".join(["mode", "seeds", "fps (median)", "fps min-max", "speed-up vs eager",
-                                 f"final return (last {last} episodes; mean ± std over seeds)", *learned,
+                                 f"final return (last {last} episodes; mean ± std over seeds (seed: value))", *learned,
                                  "wall-clock (s, median)", "warm-up s (median)"]) + " |",
              "|" + "---|" * (8 + len(learned))]
     for mode in MODES:
@@ -189,9 +189,12 @@ def algo_table(runs: list[Run], last: int, threshold: float | None) -> list[str]
         sps = [r.sps for r in rs]
         med = statistics.median(sps)
         speedup = f"{med / eager_median:.2f}x" if eager_median else "n/a"
-        rets = [r.final_return(last) for r in rs if r.final_return(last) is not None]
+        finals = sorted(((r.seed, f) for r in rs if (f := r.final_return(last)) is not None),
+                        key=lambda sf: (len(sf[0]), sf[0]))  # seeds in numeric order
+        rets = [f for _, f in finals]
         ret = "n/a" if not rets else (f"{statistics.mean(rets):.1f} ± "
-                                      f"{statistics.stdev(rets) if len(rets) > 1 else 0.0:.1f}")
+                                      f"{statistics.stdev(rets) if len(rets) > 1 else 0.0:.1f} ("
+                                      + ", ".join(f"{seed}: {f:.1f}" for seed, f in finals) + ")")
         cells = []
         if threshold is not None:
             missed = [r for r in rs if (r.final_return(last) or float("-inf")) < threshold]
@@ -228,7 +231,7 @@ def build(root: Path, out: Path) -> Path:
         lines += ["No CUDA device: the `--cudagraphs` modes were not run (on a CPU they fall back to "
                   "the modes without it).", ""]
     lines += ["fps: `charts/SPS` after the warm-up, median over seeds. Final return: the mean of each run's last "
-              f"{last} episodes, mean ± std over seeds. Wall-clock: a run's time from its first to its last log. "
+              f"{last} episodes, mean ± sample std over seeds, then each seed's. Wall-clock: a run's time from its first to its last log. "
               "Warm-up: seconds before the fps window (compilation; for the eager script the same window).", ""]
     by_algo = defaultdict(list)
     for r in runs:

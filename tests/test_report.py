@@ -45,11 +45,11 @@ def test_table_values_from_known_runs(tmp_path):
     fake_run(tmp_path, FAST, 3, sps=[90], returns=[7] * 5, warmup=14.0, compile=True)
     text = report.build(tmp_path, tmp_path).read_text()
     rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
-    assert rows["| eager script"].startswith("| eager script | 3 | 50.0 | 40.0-60.0 | 1.00x | 20.0 ± 10.0 |")
-    assert rows["| optimized, no flag"].startswith("| optimized, no flag | 2 | 60.0 | 55.0-65.0 | 1.20x | 2.0 ± 1.4 |")
-    assert rows["| --compile"].startswith("| --compile | 3 | 90.0 | 80.0-100.0 | 1.80x | 7.0 ± 0.0 |")
+    assert rows["| eager script"].startswith("| eager script | 3 | 50.0 | 40.0-60.0 | 1.00x | 20.0 ± 10.0 (1: 10.0, 2: 20.0, 3: 30.0) |")
+    assert rows["| optimized, no flag"].startswith("| optimized, no flag | 2 | 60.0 | 55.0-65.0 | 1.20x | 2.0 ± 1.4 (1: 1.0, 2: 3.0) |")
+    assert rows["| --compile"].startswith("| --compile | 3 | 90.0 | 80.0-100.0 | 1.80x | 7.0 ± 0.0 (1: 7.0, 2: 7.0, 3: 7.0) |")
     assert rows["| eager script"].endswith(" | 2.0 |") and rows["| --compile"].endswith(" | 12.0 |")  # warm-up
-    assert "final return (last 5 episodes; mean ± std over seeds)" in text
+    assert "final return (last 5 episodes; mean ± std over seeds (seed: value))" in text
     assert "--cudagraphs |" not in text  # no such runs: no row
     assert "## sac_continuous_action (HalfCheetah-v4)" in text
     for png in ("fps.png", "return_vs_steps.png", "return_vs_time.png"):
@@ -181,7 +181,7 @@ def test_report_with_the_preset_flags_runs_that_did_not_learn(tmp_path):
                  warmup=3.0, compile=True)
     text = report.build(tmp_path, tmp_path).read_text()
     assert "Command: `bash run.sh --preset cpu --scripts dqn`" in text and "Preset `cpu`" in text
-    assert "final return (last 10 episodes; mean ± std over seeds) | reached 200 |" in text
+    assert "final return (last 10 episodes; mean ± std over seeds (seed: value)) | reached 200 |" in text
     rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
     assert "| 2/3 ⚠ not learned: seed 3 (50.0) |" in rows["| eager script"]
     assert "| 3/3 |" in rows["| --compile"]
