@@ -41,7 +41,7 @@ options:
   --preset NAME    a preset of benchmarks/presets.json: its pairs, tasks, step budgets and modes
                    (cpu: learning curves on a 2-core CPU, eager against --compile, about 3.2 hours;
                    halfcheetah_1m: PPO on HalfCheetah-v4 at CleanRL's 1M steps, eager against
-                   --compile, about 2.4 hours run one at a time)
+                   --compile, 70 minutes as one lane per seed side by side, see the README)
   --redo           run again the runs already complete
   -h, --help       this help
 EOF
