@@ -16,8 +16,13 @@ PRESETS = Path(__file__).with_name("presets.json")
 MODES = ["eager", "none", "compile", "cudagraphs", "compile+cudagraphs"]
 
 
+def read() -> dict:
+    """Every preset of presets.json, by name, as written there."""
+    return json.loads(PRESETS.read_text())
+
+
 def load(name: str) -> dict:
-    presets = json.loads(PRESETS.read_text())
+    presets = read()
     if name not in presets:
         raise SystemExit(f"run.sh: error: --preset: unknown preset {name!r}; choose among: {', '.join(presets)}")
     preset = presets[name]

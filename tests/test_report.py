@@ -10,7 +10,7 @@ from helpers import ENV, REPO, load_script
 from torch.utils.tensorboard import SummaryWriter
 
 from benchmarks import report
-from benchmarks.presets import PRESETS
+from benchmarks.presets import read as read_presets
 
 
 def fake_run(root, exp_name, seed, sps=(), returns=(), warmup=None, compile=False, cudagraphs=False,
@@ -144,7 +144,7 @@ def test_run_sh_reports_failed_runs_and_goes_on(tmp_path):
     assert failures.count("failed with exit code 2") == 3
 
 
-@pytest.mark.parametrize("name", json.loads(PRESETS.read_text()))
+@pytest.mark.parametrize("name", read_presets())
 def test_every_preset_parses(name):
     """Every pair of every preset has a reason, a threshold, and flags that both of its scripts accept
     (tyro parses them, the scripts' input checks pass)."""
@@ -170,7 +170,6 @@ def test_report_with_the_preset_flags_runs_that_did_not_learn(tmp_path):
     """Synthetic DQN runs under the cpu preset (threshold 200, last 10 episodes): two seeds of each mode
     end above the threshold, one eager seed below it; the table says so, with the time the others took
     to reach it, and the headline plot is the return against wall-clock time."""
-
     from benchmarks.presets import load
 
     (tmp_path / "preset.json").write_text(json.dumps(load("cpu")))
