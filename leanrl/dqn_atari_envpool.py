@@ -213,6 +213,7 @@ class ReplayBuffer:
 
 
 def main(args: Args) -> None:
+    started = time.time()  # the run's start, logged as charts/start (see make_writer)
     check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
 
@@ -235,7 +236,7 @@ def main(args: Args) -> None:
     target_network = copy.deepcopy(q_network)  # the target starts as an exact copy
 
     rb = ReplayBuffer(args.buffer_size, envs.single_observation_space.shape[1:], device, args.seed)
-    writer = make_writer(args, run_name)
+    writer = make_writer(args, run_name, started)
     # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
     speed = Speed(writer, start_step=args.learning_starts + 1, warmup_steps=args.measure_after * args.train_frequency)
     episodic_return = float("nan")
@@ -333,7 +334,7 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
-def make_writer(args: Args, run_name: str) -> SummaryWriter:
+def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:
     """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
     if args.track:
         import wandb
@@ -342,6 +343,9 @@ def make_writer(args: Args, run_name: str) -> SummaryWriter:
                    config=vars(args), name=run_name, save_code=True)
         atexit.register(wandb.finish)
     writer = SummaryWriter(f"runs/{run_name}")
+    # one point whose wall time is the run's start: time to a given return counts from it, set-up and
+    # compilation before the first logged value included
+    writer.add_scalar("charts/start", 0, 0, walltime=started)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     atexit.register(writer.close)  # registered last, runs first: before wandb.finish
     return writer

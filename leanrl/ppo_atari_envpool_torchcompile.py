@@ -235,6 +235,7 @@ def chunk_size(num_steps: int, most: int = 64) -> int:
 
 
 def main(args: Args) -> None:
+    started = time.time()  # the run's start, logged as charts/start (see make_writer)
     check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
@@ -368,7 +369,7 @@ def main(args: Args) -> None:
         gae = CudaGraphModule(gae, warmup=warmup)
         update = CudaGraphModule(update, in_keys=[], out_keys=[], warmup=warmup)
 
-    writer = make_writer(args, run_name)
+    writer = make_writer(args, run_name, started)
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
     speed = Speed(writer, start_step=0, warmup_steps=args.measure_after * args.batch_size)
     episodic_return = float("nan")
@@ -482,7 +483,7 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
-def make_writer(args: Args, run_name: str) -> SummaryWriter:
+def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:
     """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
     if args.track:
         import wandb
@@ -491,6 +492,9 @@ def make_writer(args: Args, run_name: str) -> SummaryWriter:
                    config=vars(args), name=run_name, save_code=True)
         atexit.register(wandb.finish)
     writer = SummaryWriter(f"runs/{run_name}")
+    # one point whose wall time is the run's start: time to a given return counts from it, set-up and
+    # compilation before the first logged value included
+    writer.add_scalar("charts/start", 0, 0, walltime=started)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     atexit.register(writer.close)  # registered last, runs first: before wandb.finish
     return writer

@@ -158,6 +158,7 @@ class ReplayBuffer:
 
 
 def main(args: Args) -> None:
+    started = time.time()  # the run's start, logged as charts/start (see make_writer)
     check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
 
@@ -182,7 +183,7 @@ def main(args: Args) -> None:
     low, high = env.action_space.low, env.action_space.high
 
     rb = ReplayBuffer(args.buffer_size, env.observation_space.shape[0], env.action_space.shape[0], device)
-    writer = make_writer(args, run_name)
+    writer = make_writer(args, run_name, started)
     # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
     speed = Speed(writer, start_step=args.learning_starts + 1, warmup_steps=args.measure_after)
     episodic_return, actor_loss = float("nan"), None
@@ -301,7 +302,7 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
-def make_writer(args: Args, run_name: str) -> SummaryWriter:
+def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:
     """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
     if args.track:
         import wandb
@@ -310,6 +311,9 @@ def make_writer(args: Args, run_name: str) -> SummaryWriter:
                    config=vars(args), name=run_name, save_code=True)
         atexit.register(wandb.finish)
     writer = SummaryWriter(f"runs/{run_name}")
+    # one point whose wall time is the run's start: time to a given return counts from it, set-up and
+    # compilation before the first logged value included
+    writer.add_scalar("charts/start", 0, 0, walltime=started)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     atexit.register(writer.close)  # registered last, runs first: before wandb.finish
     return writer

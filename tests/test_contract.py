@@ -75,6 +75,17 @@ SPECS = {
         **ATARI, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "63"), ("--learning-rate", "0")]),
     "ppo_atari_envpool_torchcompile": Spec(
         **ATARI, bad_sizes=[("--num-minibatches", "7"), ("--num-steps", "0"), ("--update-epochs", "0")]),
+    # the JAX twins: the eager script's flags, refused the same way
+    "dqn_jax": Spec(**DQN, bad_sizes=[("--buffer-size", "64"), ("--learning-rate", "0"), ("--start-e", "1.5")]),
+    "dqn_atari_envpool_jax": Spec(**DQN_ATARI, bad_sizes=[("--buffer-size", "16"), ("--end-e", "-0.1")]),
+    "sac_continuous_action_jax": Spec(
+        **OFF_POLICY, bad_sizes=[("--batch-size", "0"), ("--q-lr", "0"), ("--total-timesteps", "100")]),
+    "td3_continuous_action_jax": Spec(
+        **OFF_POLICY, bad_sizes=[("--batch-size", "0"), ("--learning-rate", "0"), ("--policy-frequency", "0")]),
+    "ppo_continuous_action_jax": Spec(
+        **PPO, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "100"), ("--learning-rate", "0")]),
+    "ppo_atari_envpool_jax": Spec(
+        **ATARI, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "63"), ("--learning-rate", "0")]),
 }
 SCRIPTS = sorted(SPECS)
 ONE_LINE_ERROR = re.compile(r"^\S+: error: .+\n?$")
