@@ -28,6 +28,9 @@ ENV = {
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if WORKERS > 1:
     ENV["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // WORKERS))
+    # the JAX twins: XLA's CPU backend sizes its thread pool by the cores, not by OMP_NUM_THREADS
+    ENV["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
+                        f" intra_op_parallelism_threads={ENV['OMP_NUM_THREADS']}").strip()
 
 
 @dataclass
