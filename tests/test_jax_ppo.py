@@ -1,0 +1,363 @@
+"""The JAX twins of the PPO scripts (continuous actions, and Atari through envpool): each logs what its
+eager script logs, a seed gives the same numbers twice, GAE matches its definition and the eager
+script's, the first update computes the eager script's losses and parameters from the same weights,
+batch and permutations, the checkpoint loads into the eager script's Agent and computes the same
+function, the Atari rollout (envpool's XLA interface, inside jit) steps the games as host stepping
+does, and the continuous twin learns InvertedPendulum as its eager pair does."""
+
+import sys
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra: pip install -r requirements/requirements-jax.txt")
+import jax.numpy as jnp  # noqa: E402
+import optax  # noqa: E402
+import torch  # noqa: E402
+import tyro  # noqa: E402
+from helpers import PPO_LOSSES, assert_identical_logs, check_flag_run, load_script, run_script  # noqa: E402
+# the pairs' own definitions, so that the twins are held to the same data and thresholds
+from test_ppo_atari import EXPECTED as ATARI_TRACE_EXPECTED  # noqa: E402
+from test_ppo_atari import SHORT as ATARI_SHORT  # noqa: E402
+from test_ppo_atari import TRACE as ATARI_TRACE  # noqa: E402
+from test_ppo_continuous import LEARN, THRESHOLD, gae_data, reference_gae  # noqa: E402
+from test_ppo_continuous import SHORT as CONTINUOUS_SHORT  # noqa: E402
+
+CONTINUOUS, CONTINUOUS_JAX = "ppo_continuous_action", "ppo_continuous_action_jax"
+ATARI, ATARI_JAX = "ppo_atari_envpool", "ppo_atari_envpool_jax"
+PAIRS = {CONTINUOUS_JAX: (CONTINUOUS, CONTINUOUS_SHORT), ATARI_JAX: (ATARI, ATARI_SHORT)}
+GAMES = ["charts/episodic_return", "charts/episodic_length"]
+
+
+# --- short runs: what is logged, and the same numbers twice --------------------------------------
+
+@pytest.mark.parametrize("script", sorted(PAIRS))
+def test_short_run_logs_what_the_eager_script_logs(script, cached_run):
+    """The eager script's tags, each as many times (the games played differ with the random numbers:
+    on Atari only their tags are compared); fps after the jit warm-up."""
+    eager_script, short = PAIRS[script]
+    run, eager = cached_run(script, *short), cached_run(eager_script, *short).check()
+    check_flag_run(run, (script,), PPO_LOSSES, logs=4)
+    assert len(run.values("charts/SPS")) == 3 and len(run.values("charts/warmup_time")) == 1
+    assert sorted(run.scalars) == sorted(eager.scalars)
+    for tag in eager.scalars:
+        if tag not in GAMES or script == CONTINUOUS_JAX:  # Pendulum's episodes: 200 steps, whatever the actions
+            assert [s for s, _ in run.scalars[tag]] == [s for s, _ in eager.scalars[tag]], tag
+
+
+@pytest.mark.parametrize("script", sorted(PAIRS))
+def test_same_seed_same_numbers(script, cached_run, tmp_path):
+    short = PAIRS[script][1]
+    again = run_script(script, *short, cwd=tmp_path).check()
+    assert_identical_logs(cached_run(script, *short).check(), again)
+
+
+# --- GAE ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("script", sorted(PAIRS))
+def test_gae_matches_its_definition_and_the_eager_script(script, seed):
+    """The reverse lax.scan against GAE's definition (test_ppo_continuous's reference, float64) and
+    against the eager script's loop on the same rewards, values and dones."""
+    rewards, values, dones, next_value, next_done = gae_data(seed)
+    expected = reference_gae(rewards, values, dones, next_value, next_done, 0.99, 0.95)
+    f32 = lambda a: np.asarray(a, np.float32)  # noqa: E731
+    ours = load_script(script).compute_gae(*(jnp.asarray(f32(a)) for a in (rewards, values, dones, next_value,
+                                                                            next_done)), 0.99, 0.95)
+    np.testing.assert_allclose(np.asarray(ours), expected, rtol=1e-5, atol=1e-5)
+    t = lambda a: torch.tensor(f32(a))  # noqa: E731
+    eager = load_script(PAIRS[script][0]).compute_gae(t(rewards), t(values), t(dones), t(next_value)[None],
+                                                      t(next_done), 0.99, 0.95)
+    np.testing.assert_allclose(np.asarray(ours), eager.numpy(), rtol=1e-6, atol=1e-6)
+
+
+# --- the first update against the eager script's --------------------------------------------------
+
+def record_eager_update(monkeypatch, tmp_path, script: str, *flags: str) -> dict:
+    """Run the eager script's main() in this process for one iteration, with hooks that record what
+    it computes: its Agent's initial weights (when its Adam is built), its permutations (torch.randperm),
+    and at each optimizer step the losses it just computed, read from main()'s own frame, and the
+    parameters after the step; at the first step, the rollout batch and its GAE inputs and output."""
+    module = load_script(script)
+    record = {"perms": [], "steps": []}
+
+    def main_frame():
+        frame = sys._getframe(1)
+        while frame.f_code.co_name != "main":
+            frame = frame.f_back
+        return frame.f_locals
+
+    class RecordingAdam(torch.optim.Adam):
+        def __init__(self, params, **kwargs):
+            record["agent"] = main_frame()["agent"]
+            record["init"] = {k: v.detach().clone() for k, v in record["agent"].state_dict().items()}
+            super().__init__(params, **kwargs)
+
+        def step(self, closure=None):
+            local = main_frame()
+            if not record["steps"]:
+                record["lr"] = self.param_groups[0]["lr"]
+                record["batch"] = {name: local[name].detach().clone() for name in local
+                                   if name.startswith("b_") or name in ("rewards", "values", "dones", "next_value",
+                                                                        "next_done", "advantages")}
+            losses = {name: float(local[name].detach()) for name in ("loss", "pg_loss", "v_loss", "entropy_loss",
+                                                             "old_approx_kl", "approx_kl")}
+            out = super().step(closure)
+            params = {k: v.detach().clone() for k, v in record["agent"].state_dict().items()}
+            record["steps"].append(dict(losses, mb_inds=local["mb_inds"].clone(), params=params))
+            return out
+
+    randperm = torch.randperm
+
+    def recording_randperm(*args, **kwargs):
+        perm = randperm(*args, **kwargs)
+        record["perms"].append(perm.clone())
+        return perm
+
+    monkeypatch.setattr(torch.optim, "Adam", RecordingAdam)
+    monkeypatch.setattr(torch, "randperm", recording_randperm)
+    monkeypatch.chdir(tmp_path)
+    module.main(tyro.cli(module.Args, args=list(flags)))
+    return record
+
+
+def continuous_params_from_torch(state_dict) -> dict:
+    """The eager continuous Agent's weights as the JAX twin's flax params (torch weights (out, in) are
+    Dense kernels transposed)."""
+    n = lambda t: jnp.asarray(t.detach().numpy())  # noqa: E731
+    params = {"actor_logstd": n(state_dict["actor_logstd"])}
+    for net in ("critic", "actor_mean"):
+        for i in (0, 2, 4):
+            params[f"{net}_{i}"] = {"kernel": n(state_dict[f"{net}.{i}.weight"].T),
+                                    "bias": n(state_dict[f"{net}.{i}.bias"])}
+    return {"params": params}
+
+
+def atari_params_from_torch(state_dict) -> dict:
+    """The eager Atari Agent's weights as the JAX twin's flax params: OIHW -> HWIO convolutions, and the
+    first Dense layer's inputs reordered from torch's NCHW flatten (c, h, w) to NHWC's (h, w, c)."""
+    n = lambda t: jnp.asarray(t.detach().numpy())  # noqa: E731
+    params = {f"network_{i}": {"kernel": n(state_dict[f"network.{i}.weight"].permute(2, 3, 1, 0)),
+                               "bias": n(state_dict[f"network.{i}.bias"])} for i in (0, 2, 4)}
+    weight = state_dict["network.7.weight"]  # (512, 64 * 7 * 7), columns in (c, h, w) order
+    params["network_7"] = {"kernel": n(weight.reshape(512, 64, 7, 7).permute(2, 3, 1, 0).reshape(-1, 512)),
+                           "bias": n(state_dict["network.7.bias"])}
+    for name in ("actor", "critic"):
+        params[name] = {"kernel": n(state_dict[f"{name}.weight"].T), "bias": n(state_dict[f"{name}.bias"])}
+    return {"params": params}
+
+
+def assert_same_state(jax_params, torch_state, convert, rtol, atol, what):
+    ours = convert(jax_params)
+    assert list(ours) == list(torch_state), what
+    for name in torch_state:
+        np.testing.assert_allclose(ours[name].numpy(), torch_state[name].numpy(), rtol=rtol, atol=atol,
+                                   err_msg=f"{what}: {name}")
+
+
+def twin_update(script, record, flags, params, batch):
+    """The twin's update_epochs (under the same flags), fed the eager run's batch and permutations."""
+    module = load_script(script)
+    args = tyro.cli(module.Args, args=list(flags))
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    agent = module.Agent(**agent_fields(script, record))
+    optimizer = optax.scale_by_adam(eps=1e-5)
+    functions = module.make_functions(args, agent, optimizer, *([None] if script == ATARI_JAX else []))
+    update_epochs = functions[2]
+    # --target-kl stops the eager loop before it draws the later epochs' permutations: the twin, which
+    # skips those epochs, gets any
+    perms = record["perms"] + [torch.arange(args.batch_size)] * (args.update_epochs - len(record["perms"]))
+    perms = jnp.asarray(torch.stack(perms).numpy())
+    state = module.TrainState(params, optimizer.init(params))
+    return jax.jit(update_epochs)(state, batch, perms, record["lr"]), module, args
+
+
+def agent_fields(script, record):
+    if script == CONTINUOUS_JAX:
+        return {"act_dim": record["init"]["actor_logstd"].shape[1]}
+    return {"action_n": record["init"]["actor.weight"].shape[0]}
+
+
+def assert_same_losses(stats, ran, record, num_minibatches, rtol=1e-4, atol=1e-6):
+    """Each minibatch's losses that the eager script computed, in order, equal the twin's."""
+    names = {"pg_loss": "policy_loss", "v_loss": "value_loss", "entropy_loss": "entropy",
+             "old_approx_kl": "old_approx_kl", "approx_kl": "approx_kl"}
+    steps = record["steps"]
+    assert int(np.asarray(ran).sum()) * num_minibatches == len(steps)
+    for k, step in enumerate(steps):
+        epoch, mb = divmod(k, num_minibatches)
+        for eager_name, name in names.items():
+            ours = float(stats[name][epoch, mb])
+            assert abs(ours - step[eager_name]) <= atol + rtol * abs(step[eager_name]), \
+                f"minibatch {k}, {name}: {ours} (JAX) vs {step[eager_name]} (eager)"
+
+
+# Pendulum: 2 envs x 208 steps, so that the batch holds the end of an episode (step 200); 4 minibatches,
+# 2 epochs: one iteration, 8 updates. With --target-kl 0 the eager script stops after its first epoch
+# (its approx_kl is positive once the policy has moved), and the twin must skip its second.
+CONTINUOUS_CHECK = ("--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "208", "--total-timesteps", "416",
+                    "--num-minibatches", "4", "--update-epochs", "2", "--seed", "3")
+
+
+@pytest.mark.parametrize("target_kl", [None, 0.0], ids=["all-epochs", "target-kl"])
+def test_continuous_update_matches_the_eager_script(target_kl, monkeypatch, tmp_path):
+    """From the eager Agent's initial weights (loaded into the flax params), the eager rollout batch and
+    the eager run's permutations (randomness fed to both sides alike), the twin's update computes every
+    minibatch's losses as the eager script does, and ends on the same parameters (float32 rounding
+    apart); GAE on the eager rollout gives the eager advantages."""
+    flags = CONTINUOUS_CHECK + (("--target-kl", "0.0") if target_kl is not None else ())
+    record = record_eager_update(monkeypatch, tmp_path, CONTINUOUS, *flags)
+    b = {k: jnp.asarray(v.numpy()) for k, v in record["batch"].items()}
+    assert float(b["dones"].sum()) > 0, "the batch should hold an episode's end"
+    module = load_script(CONTINUOUS_JAX)
+
+    advantages = module.compute_gae(b["rewards"], b["values"], b["dones"], b["next_value"][0], b["next_done"], 0.99, 0.95)
+    np.testing.assert_allclose(np.asarray(advantages), np.asarray(b["advantages"]), rtol=1e-5, atol=1e-5)
+
+    params = continuous_params_from_torch(record["init"])
+    assert_same_state(params, record["init"], module.to_torch_state_dict, 0, 0, "the weights' round trip")
+    batch = dict(obs=b["b_obs"], actions=b["b_actions"], logprobs=b["b_logprobs"], advantages=b["b_advantages"],
+                 returns=b["b_returns"], values=b["b_values"])
+    (state, stats, ran), module, args = twin_update(CONTINUOUS_JAX, record, flags, params, batch)
+    assert np.asarray(ran).tolist() == ([True, True] if target_kl is None else [True, False])
+    assert_same_losses(stats, ran, record, args.num_minibatches)
+    assert_same_state(state.params, record["steps"][-1]["params"], module.to_torch_state_dict, 1e-4, 1e-6,
+                      "parameters after the update")
+
+
+# Breakout: 2 envs x 64 steps, 2 minibatches, 2 epochs: 4 updates on a batch that holds lost lives
+# (envpool's reset steps, masked out of the losses)
+ATARI_CHECK = ("--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "128",
+               "--num-minibatches", "2", "--update-epochs", "2", "--seed", "7")
+
+
+def test_atari_update_matches_the_eager_script(monkeypatch, tmp_path):
+    """As the continuous check, for the Nature CNN: from the eager weights (OIHW kernels and the NCHW
+    flatten converted to the twin's NHWC layout), the eager batch (frames transposed to NHWC) and
+    permutations, every minibatch's masked losses and the final parameters equal the eager script's."""
+    record = record_eager_update(monkeypatch, tmp_path, ATARI, *ATARI_CHECK)
+    b = {k: jnp.asarray(v.numpy()) for k, v in record["batch"].items()}
+    assert float(b["dones"].sum()) > 0, "the batch should hold envpool's reset steps"
+    module = load_script(ATARI_JAX)
+
+    advantages = module.compute_gae(b["rewards"], b["values"], b["dones"], b["next_value"][0], b["next_done"], 0.99, 0.95)
+    np.testing.assert_allclose(np.asarray(advantages), np.asarray(b["advantages"]), rtol=1e-5, atol=1e-5)
+
+    params = atari_params_from_torch(record["init"])
+    assert_same_state(params, record["init"], module.to_torch_state_dict, 0, 0, "the weights' round trip")
+    batch = dict(obs=jnp.transpose(b["b_obs"], (0, 2, 3, 1)), actions=b["b_actions"].astype(jnp.int32),
+                 logprobs=b["b_logprobs"], advantages=b["b_advantages"], returns=b["b_returns"], values=b["b_values"],
+                 valid=b["b_valid"])
+    (state, stats, ran), module, args = twin_update(ATARI_JAX, record, ATARI_CHECK, params, batch)
+    assert_same_losses(stats, ran, record, args.num_minibatches)
+    assert_same_state(state.params, record["steps"][-1]["params"], module.to_torch_state_dict, 1e-3, 1e-5,
+                      "parameters after the update")
+
+
+# --- the checkpoint -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("script", sorted(PAIRS))
+def test_checkpoint_loads_into_the_eager_agent_and_computes_the_same(script):
+    """to_torch_state_dict gives the eager Agent's state_dict layout (names, order, shapes), and the eager
+    Agent loaded with it computes the twin's outputs: for Atari this checks the OIHW conversion and the
+    first Dense layer's NHWC -> NCHW input order on real frames."""
+    module, eager = load_script(script), load_script(PAIRS[script][0])
+    key = jax.random.PRNGKey(0)
+    if script == CONTINUOUS_JAX:
+        envs = eager.make_envs(eager.Args(env_id="Pendulum-v1"), "", num_envs=1)
+        agent = module.Agent(act_dim=1)
+        obs = np.asarray(np.random.default_rng(0).normal(size=(5, 3)), np.float32)
+        params = agent.init(key, jnp.asarray(obs))
+        # the initial log std is 0 and the last actor layer tiny: move them, so that every weight counts
+        params["params"]["actor_logstd"] = params["params"]["actor_logstd"] + 0.3
+        x = jnp.asarray(obs)
+    else:
+        envs = eager.make_envs(eager.Args(env_id="Breakout-v5"), num_envs=2, seed=1)
+        frames, _ = envs.reset()
+        for _ in range(30):  # frames with the ball and the paddle in play
+            frames, *_ = envs.step(np.ones(2, dtype=np.int32))
+        obs = np.concatenate([frames, np.random.default_rng(0).integers(0, 256, frames.shape, dtype=np.uint8)])
+        agent = module.Agent(action_n=int(envs.single_action_space.n))
+        x = jnp.transpose(jnp.asarray(obs), (0, 2, 3, 1))
+        params = agent.init(key, x)
+    torch_agent = eager.Agent(envs)
+    state = module.to_torch_state_dict(params)
+    reference = torch_agent.state_dict()
+    assert list(state) == list(reference)
+    assert all(state[k].shape == reference[k].shape and state[k].dtype == reference[k].dtype for k in state)
+    torch_agent.load_state_dict(state)
+
+    with torch.no_grad():
+        t_obs = torch.as_tensor(obs)
+        if script == CONTINUOUS_JAX:
+            mean, logstd, value = agent.apply(params, x)
+            t_mean = torch_agent.actor_mean(t_obs)
+            np.testing.assert_allclose(np.asarray(logstd), torch_agent.actor_logstd.expand_as(t_mean).numpy())
+        else:
+            mean, value = agent.apply(params, x)  # the logits
+            t_mean = torch_agent.actor(torch_agent.network(t_obs / 255.0))
+        t_value = torch_agent.get_value(t_obs).view(-1)
+    np.testing.assert_allclose(np.asarray(mean), t_mean.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(value), t_value.numpy(), rtol=1e-4, atol=1e-5)
+    envs.close()
+
+
+# --- Atari: episode statistics and envpool's XLA interface ----------------------------------------
+
+def test_episode_statistics_on_a_hand_checked_trace():
+    stats = load_script(ATARI_JAX).EpisodeStats(2)
+    assert [stats.update(*s) for s in ATARI_TRACE] == ATARI_TRACE_EXPECTED
+
+
+def test_xla_rollout_steps_envpool_as_host_stepping_does():
+    """The twin's jitted rollout (envpool's XLA step inside a lax.scan) against the same envs stepped on
+    the host with the actions it chose: the same frames, rewards, done flags and game statistics, and
+    the whole-game returns that EpisodeStats logs (envpool's own flag for the end of a game)."""
+    module = load_script(ATARI_JAX)
+    args = module.Args(num_envs=2, num_steps=300, seed=5)
+    args.batch_size, args.minibatch_size = 600, 150
+    xla_envs, host_envs = module.make_envs(args), module.make_envs(args)
+    obs, _ = xla_envs.reset()
+    host_obs, _ = host_envs.reset()
+    np.testing.assert_array_equal(obs, host_obs)
+    agent = module.Agent(action_n=int(xla_envs.single_action_space.n))
+    params = agent.init(jax.random.PRNGKey(0), jnp.zeros((1, 84, 84, 4), jnp.uint8))
+    handle, _, _, step_env = xla_envs.xla()
+    rollout = module.make_functions(args, agent, optax.scale_by_adam(eps=1e-5), step_env)[0]
+    _, next_obs, next_done, _, batch = rollout(params, handle, jnp.asarray(obs), jnp.zeros(2), jax.random.PRNGKey(1))
+    batch = jax.device_get(batch)
+
+    stats, host_stats, games, host_games, host_done = (module.EpisodeStats(2), module.EpisodeStats(2), [], [],
+                                                       np.zeros(2))
+    for t in range(args.num_steps):
+        np.testing.assert_array_equal(batch.obs[t], np.transpose(host_obs, (0, 2, 3, 1)), err_msg=f"step {t}")
+        np.testing.assert_array_equal(batch.dones[t], host_done)
+        host_obs, reward, terminated, truncated, info = host_envs.step(np.asarray(batch.actions[t]))
+        host_done = np.logical_or(terminated, truncated).astype(np.float32)
+        np.testing.assert_array_equal(batch.rewards[t], reward)
+        game = batch.game
+        for name in ("reward", "lives", "elapsed_step"):
+            np.testing.assert_array_equal(game[name][t], info[name])
+        np.testing.assert_array_equal(game["terminated"][t], terminated)
+        np.testing.assert_array_equal(game["truncated"][t], truncated)
+        games += stats.update({k: game[k][t] for k in ("reward", "lives", "elapsed_step")}, game["terminated"][t],
+                              game["truncated"][t])
+        host_games += host_stats.update(info, terminated, truncated)
+    np.testing.assert_array_equal(np.asarray(next_obs), host_obs)
+    np.testing.assert_array_equal(np.asarray(next_done), host_done)
+    assert games == host_games and len(games) >= 1, games
+    assert batch.dones.sum() > len(games), "lost lives (episodic life) end agent episodes within games"
+
+
+# --- learning -------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_continuous_learns_inverted_pendulum(tmp_path):
+    """The eager pair's learning test (same budget and threshold), and its check of the saved policy:
+    loaded into the eager Agent with the frozen training normalization, it holds the pole."""
+    run = run_script(CONTINUOUS_JAX, *LEARN, "--save-model", "--eval-episodes", "5", cwd=tmp_path).check()
+    last = run.values("charts/episodic_return")[-5:]
+    assert sum(last) / len(last) > THRESHOLD, f"last episodes: {last}"
+    evaluated = run.values("eval/episodic_return")
+    assert len(evaluated) == 5 and sum(evaluated) / 5 > THRESHOLD, f"evaluation: {evaluated}, training: {last}"
