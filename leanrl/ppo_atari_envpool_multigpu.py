@@ -103,7 +103,7 @@ class Args:
     backend: str | None = None
     """the torch.distributed backend (default: nccl on CUDA, gloo on the CPU)"""
     device_ids: list[int] = field(default_factory=list)
-    """the GPU of each local rank (default: local rank modulo the GPU count; several ranks may share one)"""
+    """the GPU of each local rank (default: local rank modulo the GPU count; ranks may share one with gloo only)"""
     dist_timeout: float = 300.0
     """seconds a rank waits for the others in a collective before the run stops with an error"""
 
@@ -226,11 +226,9 @@ def main(args: Args) -> None:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    if torch.cuda.is_available() and args.cuda:
-        device = torch.device("cuda", args.device_ids[local_rank] if args.device_ids else local_rank % torch.cuda.device_count())
+    device = pick_device(args, local_rank)  # a backend that cannot run here stops here, before any collective
+    if device.type == "cuda":
         torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
     if args.world_size > 1:
         backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.dist_timeout))
@@ -299,11 +297,6 @@ def main(args: Args) -> None:
 
             games += [(global_step, r, n) for _, r, n in episode_stats.update(infos, terminations, truncations)]
             pbar.update(args.num_envs * args.world_size)
-
-        # the games that ended on every rank, logged by rank 0
-        for game_step, episodic_return, episodic_length in sorted(gather(games, args.world_size)):
-            writer.add_scalar("charts/episodic_return", episodic_return, game_step)
-            writer.add_scalar("charts/episodic_length", episodic_length, game_step)
 
         # bootstrap value if not done
         with torch.no_grad():
@@ -385,8 +378,15 @@ def main(args: Args) -> None:
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
 
-            if args.target_kl is not None and approx_kl > args.target_kl:
+            # every rank takes the same decision, on the ranks' mean: a rank that stopped alone would leave
+            # the others waiting in their next all-reduce
+            if args.target_kl is not None and mean_over_ranks(approx_kl, args.world_size) > args.target_kl:
                 break
+
+        # the games that ended on every rank, logged by rank 0
+        for game_step, episodic_return, episodic_length in sorted(gather(games, args.world_size)):
+            writer.add_scalar("charts/episodic_return", episodic_return, game_step)
+            writer.add_scalar("charts/episodic_length", episodic_length, game_step)
 
         # over the transitions only, as the losses: envpool's reset steps are left out
         kept = (b_valid).cpu().numpy() > 0
@@ -438,6 +438,37 @@ def check_args(args: Args) -> None:
              f"{args.world_size} x --num-envs x --num-steps = {batch * args.world_size})")
     if batch % args.num_minibatches != 0:
         fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
+
+
+def pick_device(args: Args, local_rank: int) -> torch.device:
+    """This rank's device: the CPU, or the GPU of its local rank. Refuses, in one line, what would fail at
+    the first collective: a backend this torch build lacks, NCCL without CUDA, NCCL ranks sharing a GPU."""
+    if args.backend is not None and not dist.is_backend_available(args.backend):
+        fail(f"--backend {args.backend}: this build of torch has no such backend"
+             + (" (NCCL needs a CUDA build of torch and a GPU; on the CPU use gloo, the default)" if args.backend == "nccl" else ""))
+    if not (torch.cuda.is_available() and args.cuda):
+        if args.backend == "nccl":
+            fail("--backend nccl: NCCL runs on CUDA devices only and this run has none; use gloo (the default on the CPU)")
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(args.world_size)))  # ranks on this machine
+    gpus = args.device_ids or [r % count for r in range(local_world)]
+    if len(gpus) < local_world or not all(0 <= g < count for g in gpus):
+        fail(f"--device-ids {gpus}: needs an id for each of the {local_world} ranks on this machine, each below the "
+             f"number of GPUs ({count})")
+    if args.world_size > 1 and (args.backend or "nccl") == "nccl" and len(set(gpus[:local_world])) < local_world:
+        fail(f"--backend nccl: the {local_world} ranks on this machine would share GPUs ({gpus[:local_world]}), which "
+             "NCCL refuses at the first collective; run one rank per GPU, or use --backend gloo without --cudagraphs")
+    return torch.device("cuda", gpus[local_rank])
+
+
+def mean_over_ranks(x: torch.Tensor, world_size: int) -> torch.Tensor:
+    """The mean of a tensor over all ranks (the tensor itself for a single rank)."""
+    if world_size == 1:
+        return x
+    x = x.detach().clone()
+    dist.all_reduce(x, op=dist.ReduceOp.SUM)
+    return x / world_size
 
 
 def gather(items: list, world_size: int) -> list:

@@ -4,7 +4,23 @@ The algorithm, defaults and distributed scheme of `ppo_atari_envpool_multigpu.py
 (each rank its own envs, identical starting weights, gradients averaged across ranks
 before each optimizer step), with the optimizations of
 `ppo_atari_envpool_torchcompile.py`; `--compile` and `--cudagraphs` keep their meaning.
-ALLREDUCE_NOTE
+What changes against the eager multi-process script:
+
+- the rollout is a TensorDict preallocated on the training device; frames travel
+  once per step as uint8 and become floats on the device, in the channels-last
+  layout that oneDNN's CPU convolutions prefer;
+- the categorical policy is written out (no Distribution object and its checks);
+- GAE runs as a reverse scan over fixed-size chunks, compiled once per chunk shape;
+- the learning rate lives in a tensor annealed in place: no recompilation;
+- the gradient all-reduce stays outside the compiled loss and backward: one
+  all-reduce of all gradients, flattened, then one fused copy back
+  (`torch._foreach_copy_`) instead of a copy per tensor;
+- `--compile`: `torch.compile` of the acting step, of the GAE chunk and of the
+  minibatch loss with its backward pass (the fused optimizer step stays eager);
+- `--cudagraphs` (NCCL on CUDA): the acting step, GAE and the whole minibatch
+  update, all-reduce included, replayed as CUDA graphs; a watched collective after
+  the updates keeps `--dist-timeout` (see the gather after the update loop);
+- no `.item()` in the hot loop: statistics stay on the device until logging.
 
     torchrun --standalone --nproc_per_node=2 leanrl/ppo_atari_envpool_multigpu_torchcompile.py --compile
     torchrun --nnodes=2 --nproc_per_node=2 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT \
@@ -12,8 +28,8 @@ ALLREDUCE_NOTE
 
 Without torchrun it runs as a single rank. Only rank 0 writes TensorBoard; its
 `charts/SPS` counts the steps of all ranks, and its episode statistics are the games
-of all ranks. A rank that stops ends the run of the others with an error within
-`--dist-timeout` seconds.
+of all ranks. A rank that stops (an error, a killed process) ends the run of the
+others with an error within `--dist-timeout` seconds.
 """
 
 import atexit
@@ -102,7 +118,7 @@ class Args:
     backend: str | None = None
     """the torch.distributed backend (default: nccl on CUDA, gloo on the CPU)"""
     device_ids: list[int] = field(default_factory=list)
-    """the GPU of each local rank (default: local rank modulo the GPU count; several ranks may share one)"""
+    """the GPU of each local rank (default: local rank modulo the GPU count; ranks may share one with gloo only)"""
     dist_timeout: float = 300.0
     """seconds a rank waits for the others in a collective before the run stops with an error"""
 
@@ -247,11 +263,9 @@ def main(args: Args) -> None:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    if torch.cuda.is_available() and args.cuda:
-        device = torch.device("cuda", args.device_ids[local_rank] if args.device_ids else local_rank % torch.cuda.device_count())
+    device = pick_device(args, local_rank)  # a backend that cannot run here stops here, before any collective
+    if device.type == "cuda":
         torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
     if args.world_size > 1:
         backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.dist_timeout))
@@ -437,11 +451,6 @@ def main(args: Args) -> None:
             games += [(global_step, r, n) for _, r, n in episode_stats.update(infos, terminations, truncations)]
             pbar.update(args.num_envs * args.world_size)
 
-        # the games that ended on every rank, logged by rank 0
-        for game_step, episodic_return, episodic_length in sorted(gather(games, args.world_size)):
-            writer.add_scalar("charts/episodic_return", episodic_return, game_step)
-            writer.add_scalar("charts/episodic_length", episodic_length, game_step)
-
         # bootstrap value if not done
         rollout["advantages"], rollout["returns"] = gae(
             rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done
@@ -458,8 +467,18 @@ def main(args: Args) -> None:
                 end = start + args.minibatch_size
                 stats.append(update(batch[b_inds[start:end]]))
 
-            if args.target_kl is not None and stats[-1]["approx_kl"] > args.target_kl:  # a host sync, opt-in
+            # every rank takes the same decision, on the ranks' mean: a rank that stopped alone would leave
+            # the others waiting in their next all-reduce (a host sync, opt-in)
+            if args.target_kl is not None and mean_over_ranks(stats[-1]["approx_kl"], args.world_size) > args.target_kl:
                 break
+
+        # the games that ended on every rank, logged by rank 0. Under --cudagraphs with NCCL this gather is
+        # also what keeps --dist-timeout: NCCL's watchdog does not watch the all-reduces replayed from the
+        # update's graph, so if a rank died during the updates, the host reads below would wait forever; this
+        # gather, enqueued behind them and watched, times out instead and the watchdog ends the run
+        for game_step, episodic_return, episodic_length in sorted(gather(games, args.world_size)):
+            writer.add_scalar("charts/episodic_return", episodic_return, game_step)
+            writer.add_scalar("charts/episodic_length", episodic_length, game_step)
 
         # the only reads of device values, once per iteration
         last = stats[-1]
@@ -515,6 +534,37 @@ def check_args(args: Args) -> None:
         fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
     if args.total_timesteps < batch:
         fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch (--num-envs x --num-steps = {batch})")
+
+
+def pick_device(args: Args, local_rank: int) -> torch.device:
+    """This rank's device: the CPU, or the GPU of its local rank. Refuses, in one line, what would fail at
+    the first collective: a backend this torch build lacks, NCCL without CUDA, NCCL ranks sharing a GPU."""
+    if args.backend is not None and not dist.is_backend_available(args.backend):
+        fail(f"--backend {args.backend}: this build of torch has no such backend"
+             + (" (NCCL needs a CUDA build of torch and a GPU; on the CPU use gloo, the default)" if args.backend == "nccl" else ""))
+    if not (torch.cuda.is_available() and args.cuda):
+        if args.backend == "nccl":
+            fail("--backend nccl: NCCL runs on CUDA devices only and this run has none; use gloo (the default on the CPU)")
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(args.world_size)))  # ranks on this machine
+    gpus = args.device_ids or [r % count for r in range(local_world)]
+    if len(gpus) < local_world or not all(0 <= g < count for g in gpus):
+        fail(f"--device-ids {gpus}: needs an id for each of the {local_world} ranks on this machine, each below the "
+             f"number of GPUs ({count})")
+    if args.world_size > 1 and (args.backend or "nccl") == "nccl" and len(set(gpus[:local_world])) < local_world:
+        fail(f"--backend nccl: the {local_world} ranks on this machine would share GPUs ({gpus[:local_world]}), which "
+             "NCCL refuses at the first collective; run one rank per GPU, or use --backend gloo without --cudagraphs")
+    return torch.device("cuda", gpus[local_rank])
+
+
+def mean_over_ranks(x: torch.Tensor, world_size: int) -> torch.Tensor:
+    """The mean of a tensor over all ranks (the tensor itself for a single rank)."""
+    if world_size == 1:
+        return x
+    x = x.detach().clone()
+    dist.all_reduce(x, op=dist.ReduceOp.SUM)
+    return x / world_size
 
 
 def gather(items: list, world_size: int) -> list:

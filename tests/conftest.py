@@ -1,7 +1,15 @@
-import pytest
-import torch
+import os
 
-from helpers import ENV, WORKERS, RunCache
+# The CPU suite runs on the CPU on every machine (see helpers.ENV): CUDA is hidden from the test processes
+# before torch looks for it, and the user's setting kept for the GPU tests (helpers.GPU_ENV). An xdist
+# worker inherits both from the process that started it.
+os.environ.setdefault("LEANRL_TEST_CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from helpers import ENV, WORKERS, RunCache  # noqa: E402
 
 if WORKERS > 1:  # this process's share of the cores too (see helpers.ENV)
     torch.set_num_threads(int(ENV["OMP_NUM_THREADS"]))

@@ -1,5 +1,6 @@
 """Shared test helpers: run a script of leanrl/ in a folder of its own, read what it logged."""
 
+import functools
 import os
 import re
 import signal
@@ -14,8 +15,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import REPO, SCRIPTS, load_script  # noqa: E402, F401  (load_script: for the tests)
 from benchmarks.events import read_scalars  # noqa: E402
+# The CPU suite runs on the CPU on every machine, a GPU machine included: its checks (the --cudagraphs
+# fallback warning, compiled code drawing eager's random numbers) are the CPU's. conftest.py hides CUDA from
+# the test processes before torch looks, keeping the user's setting in LEANRL_TEST_CUDA_VISIBLE_DEVICES;
+# the runs started with ENV see no CUDA either, and the GPU tests start theirs with GPU_ENV.
 ENV = {
     **os.environ,
+    "CUDA_VISIBLE_DEVICES": "",
     "PYTHONUNBUFFERED": "1",
     "WANDB_MODE": "offline",
     "PYTHONWARNINGS": "ignore",
@@ -31,6 +37,24 @@ if WORKERS > 1:
     # the JAX twins: XLA's CPU backend sizes its thread pool by the cores, not by OMP_NUM_THREADS
     ENV["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
                         f" intra_op_parallelism_threads={ENV['OMP_NUM_THREADS']}").strip()
+
+
+GPU_ENV = {k: v for k, v in ENV.items() if k != "CUDA_VISIBLE_DEVICES"}
+if os.environ.get("LEANRL_TEST_CUDA_VISIBLE_DEVICES", "<unset>") != "<unset>":
+    GPU_ENV["CUDA_VISIBLE_DEVICES"] = os.environ["LEANRL_TEST_CUDA_VISIBLE_DEVICES"]
+
+
+@functools.cache
+def cuda_device_count() -> int:
+    """The CUDA devices that the GPU tests' runs see (asked in a process of their own: this one has CUDA
+    hidden); 0 without asking for a CPU build of torch."""
+    import torch
+
+    if torch.version.cuda is None:
+        return 0
+    code = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+    out = subprocess.run([sys.executable, "-c", code], env=GPU_ENV, capture_output=True, text=True, timeout=300)
+    return int(out.stdout.strip() or 0)
 
 
 @dataclass
@@ -228,27 +252,38 @@ def wandb_history(path: Path) -> dict[str, list]:
 
 
 class RunCache:
-    """Runs shared by several tests of a session: each (script, args) runs once."""
+    """Runs shared by several tests: each (script, args) runs once, with `runner` (run_script, or another
+    launcher with its signature: torchrun, a GPU launcher)."""
 
-    def __init__(self, root: Path):
-        self.root, self.runs = root, {}
+    def __init__(self, root: Path, runner=None):
+        self.root, self.runs, self.runner = root, {}, runner or run_script
 
     def __call__(self, script: str, *args: str) -> Run:
         key = (script, *args)
         if key not in self.runs:
-            self.runs[key] = run_script(script, *args, cwd=self.root / f"run{len(self.runs)}")
+            self.runs[key] = self.runner(script, *args, cwd=self.root / f"run{len(self.runs)}")
         return self.runs[key]
+
+
+def log_differences(a: Run, b: Run, tags: list[str], rtol: float, atol: float = 1e-6,
+                    upto_step: int | None = None) -> list[str]:
+    """The values logged under `tags` (up to `upto_step`) that differ between two runs beyond the tolerance,
+    once it is checked that both runs logged every tag, at the same steps."""
+    differences = []
+    for tag in tags:
+        xs = [(s, v) for s, v in a.scalars.get(tag, []) if upto_step is None or s <= upto_step]
+        ys = [(s, v) for s, v in b.scalars.get(tag, []) if upto_step is None or s <= upto_step]
+        assert xs, f"{tag}: nothing logged"
+        assert [s for s, _ in xs] == [s for s, _ in ys], f"{tag}: logged at different steps"
+        differences += [f"{tag} at step {step}: {x} vs {y} (rtol {rtol})"
+                        for (step, x), (_, y) in zip(xs, ys) if not abs(x - y) <= atol + rtol * abs(y)]
+    return differences
 
 
 def assert_close_logs(a: Run, b: Run, tags: list[str], rtol: float, atol: float = 1e-6, upto_step: int | None = None):
     """Every value logged under `tags` (up to `upto_step`) agrees between two runs."""
-    for tag in tags:
-        xs = [(s, v) for s, v in a.scalars[tag] if upto_step is None or s <= upto_step]
-        ys = [(s, v) for s, v in b.scalars[tag] if upto_step is None or s <= upto_step]
-        assert xs, f"{tag}: nothing logged"
-        assert [s for s, _ in xs] == [s for s, _ in ys], f"{tag}: logged at different steps"
-        for (step, x), (_, y) in zip(xs, ys):
-            assert abs(x - y) <= atol + rtol * abs(y), f"{tag} at step {step}: {x} vs {y} (rtol {rtol})"
+    differences = log_differences(a, b, tags, rtol, atol, upto_step)
+    assert not differences, f"{len(differences)} values differ, the first: {differences[0]}"
 
 
 DETERMINISTIC_SKIP = ("charts/SPS", "charts/warmup_time")

@@ -2,59 +2,76 @@
 
 Where CUDA is absent (CI, the CPU machines) every test here is skipped, with the reason. On a GPU,
 each optimized script runs in each mode (no flag, --compile, --cudagraphs, both) on CUDA, and:
-- it logs its losses and `charts/SPS`;
+- run as a user runs it, it logs its losses and `charts/SPS`, and under --cudagraphs it captured each of
+  its graphs and replayed every one at least twice (counted by the launcher below); without the flag it
+  captured none;
 - its first updates' numbers match its eager twin's, run on the same GPU with the same seed;
-- the comparison catches a CUDA graph that replays stale inputs (a run with the input copies of
-  tensordict's CudaGraphModule switched off must fail it);
+- that comparison catches CUDA graphs that replay stale inputs: in both graph modes of every optimized
+  script, a run with the input copies of tensordict's CudaGraphModule switched off logs at the same steps
+  as the eager twin, and some value leaves the tolerance;
 - SAC and continuous PPO learn their CI tasks with --compile --cudagraphs.
 
-The runs that compare numbers go through a small launcher (`LAUNCH`): on a GPU the scripts leave
-inductor's own random-number generator on (`fallback_random` serves CPU reproducibility only), so the
-launcher turns `fallback_random` on for the compiled modes, and keeps cuDNN off TF32, as the eager
-twin is run. Nothing else differs from a user's run.
+Every run goes through a small launcher (`LAUNCH`) that counts CUDA-graph captures and replays. The runs
+that compare numbers ("fallback") also turn inductor's `fallback_random` on (the scripts leave inductor's
+own generator on on a GPU: `fallback_random` serves CPU reproducibility) and keep cuDNN off TF32, as the
+eager twin is run; the other runs are a user's run, inductor's random numbers under capture included.
 """
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import torch
-from helpers import ENV, MODES, PPO_LOSSES, SCRIPTS, Run, assert_close_logs
+from helpers import GPU_ENV, MODES, PPO_LOSSES, SCRIPTS, Run, RunCache, assert_close_logs, cuda_device_count, \
+    log_differences, with_flag
 from test_dqn import ATARI_GREEDY as DQN_ATARI_GREEDY, GREEDY as DQN_GREEDY
+from test_offpolicy import LEARN as OFF_POLICY_LEARN, PAIRS as OFF_POLICY_TAGS, SHORT as OFF_POLICY, \
+    THRESHOLD as OFF_POLICY_THRESHOLD
+from test_ppo_atari import SHORT as PPO_ATARI
+from test_ppo_continuous import LEARN as PPO_LEARN, SHORT as PPO_CONTINUOUS, THRESHOLD as PPO_THRESHOLD
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: run `pytest -m gpu` on a GPU")]
+              pytest.mark.skipif(cuda_device_count() == 0, reason="needs a CUDA device: run `pytest -m gpu` on a GPU")]
 
-Q_LOSSES = ["losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss", "losses/qf_loss",
-            "losses/actor_loss"]
-OFF_POLICY = ("--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-starts", "200", "--seed", "3")
-PAIRS = {  # eager script, optimized script, short run, tags compared, the last step of the comparison
-    "sac": ("sac_continuous_action", "sac_continuous_action_torchcompile", OFF_POLICY,
-            Q_LOSSES + ["losses/alpha", "losses/alpha_loss"], 300),
-    "td3": ("td3_continuous_action", "td3_continuous_action_torchcompile", OFF_POLICY, Q_LOSSES, 300),
-    "ppo_continuous": ("ppo_continuous_action", "ppo_continuous_action_torchcompile",
-                       ("--env-id", "Pendulum-v1", "--total-timesteps", "1024", "--num-steps", "256",
-                        "--num-minibatches", "4", "--update-epochs", "2", "--seed", "5"), PPO_LOSSES, None),
-    "ppo_atari": ("ppo_atari_envpool", "ppo_atari_envpool_torchcompile",
-                  ("--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512",
-                   "--num-minibatches", "2", "--update-epochs", "2", "--seed", "7"), PPO_LOSSES, None),
-    # DQN greedy (ε = 0): every step runs the acting graph
-    "dqn": ("dqn", "dqn_torchcompile", DQN_GREEDY, ["losses/td_loss", "losses/q_values"], None),
-    "dqn_atari": ("dqn_atari_envpool", "dqn_atari_envpool_torchcompile", DQN_ATARI_GREEDY,
-                  ["losses/td_loss", "losses/q_values"], None),
+
+def longer(args, total: int, **flags) -> tuple[str, ...]:
+    """A CPU test's short run, made long enough that every graph replays at least twice: a function called
+    once per iteration (PPO's GAE) or per target update (DQN) is captured at its 4th call under --compile."""
+    args = with_flag(args, "--total-timesteps", str(total))
+    for flag, value in flags.items():
+        args = with_flag(args, "--" + flag.replace("_", "-"), str(value))
+    return tuple(args)
+
+
+PAIRS = {  # eager script, optimized script, run, tags compared, the last step compared, graphs the script makes
+    "sac": ("sac_continuous_action", "sac_continuous_action_torchcompile", OFF_POLICY, OFF_POLICY_TAGS["sac"], 300, 4),
+    "td3": ("td3_continuous_action", "td3_continuous_action_torchcompile", OFF_POLICY, OFF_POLICY_TAGS["td3"], 300, 4),
+    # 8 iterations (the CPU test's 4 would capture GAE at its last call); compared over the first 4
+    "ppo_continuous": ("ppo_continuous_action", "ppo_continuous_action_torchcompile", longer(PPO_CONTINUOUS, 2048),
+                       PPO_LOSSES, 1024, 3),
+    "ppo_atari": ("ppo_atari_envpool", "ppo_atari_envpool_torchcompile", longer(PPO_ATARI, 1024), PPO_LOSSES, 512, 3),
+    # DQN greedy (ε = 0): every step runs the acting graph; 7 target updates instead of 5 and 3
+    "dqn": ("dqn", "dqn_torchcompile", longer(DQN_GREEDY, 2000), ["losses/td_loss", "losses/q_values"], 1500, 3),
+    "dqn_atari": ("dqn_atari_envpool", "dqn_atari_envpool_torchcompile",
+                  longer(DQN_ATARI_GREEDY, 1200, target_network_frequency=100), ["losses/td_loss", "losses/q_values"],
+                  None, 3),
 }
+GRAPH_MODES = [mode for mode in MODES if "--cudagraphs" in mode]
 # GPU kernels round differently from one another (vmapped against separate matmuls, fused optimizer
 # steps, other reduction orders), and training amplifies it: over the first 100 off-policy updates,
-# and over the 4 PPO iterations (32 and 16 minibatch updates), every logged value agrees within 1%.
+# and over the first 4 PPO iterations, every logged value agrees within 1%.
 TOL = dict(rtol=1e-2, atol=1e-4)
 
 LAUNCH = """
-import runpy, sys, types
+import atexit, json, runpy, sys, types
 import torch
-torch.backends.cudnn.allow_tf32 = False  # full fp32 convolutions, in the eager twin too
-torch._inductor.config.fallback_random = True  # compiled code draws eager's random numbers
-if sys.argv[1] == "stale":  # CUDA graphs that replay the inputs they were captured with, forever
+
+mode = sys.argv[1]
+if mode in ("fallback", "stale"):
+    torch.backends.cudnn.allow_tf32 = False  # full fp32 convolutions, in the eager twin too
+    torch._inductor.config.fallback_random = True  # compiled code draws eager's random numbers
+if mode == "stale":  # CUDA graphs that replay the inputs they were captured with, forever
     import tensordict.nn.cudagraphs as cudagraphs
 
     class StaleTorch(types.ModuleType):
@@ -66,29 +83,47 @@ if sys.argv[1] == "stale":  # CUDA graphs that replay the inputs they were captu
             pass
 
     cudagraphs.torch = StaleTorch("torch")
+
+# count the CUDA graphs captured and the replays of each
+replays = {}
+capture_begin, replay = torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.replay
+
+
+def counted_capture_begin(self, *args, **kwargs):
+    replays[id(self)] = 0
+    return capture_begin(self, *args, **kwargs)
+
+
+def counted_replay(self, *args, **kwargs):
+    replays[id(self)] = replays.get(id(self), 0) + 1
+    return replay(self, *args, **kwargs)
+
+
+torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.replay = counted_capture_begin, counted_replay
+atexit.register(lambda: open("graphs.json", "w").write(json.dumps(list(replays.values()))))
 sys.argv = sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def run(script: str, *args: str, cwd: Path, stale: bool = False, timeout: float = 1800) -> Run:
+def launch(mode: str, script: str, *args: str, cwd: Path, timeout: float = 1800) -> Run:
     cwd.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-c", LAUNCH, "stale" if stale else "fresh", str(SCRIPTS / f"{script}.py"), *args]
-    proc = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    cmd = [sys.executable, "-c", LAUNCH, mode, str(SCRIPTS / f"{script}.py"), *args]
+    proc = subprocess.run(cmd, cwd=cwd, env=GPU_ENV, capture_output=True, text=True, timeout=timeout)
     return Run(proc.returncode, proc.stdout, proc.stderr, cwd)
+
+
+def replays(run: Run) -> list[int]:
+    """The replays of each CUDA graph the run captured."""
+    return json.loads((run.cwd / "graphs.json").read_text())
 
 
 @pytest.fixture(scope="module")
 def gpu_runs(tmp_path_factory):
-    """Runs shared by the tests of this module: each (script, args) runs once."""
-    root, runs = tmp_path_factory.mktemp("gpu"), {}
-
-    def get(script: str, *args: str) -> Run:
-        if (script, *args) not in runs:
-            runs[(script, *args)] = run(script, *args, cwd=root / f"run{len(runs)}")
-        return runs[(script, *args)]
-
-    return get
+    """Runs shared by the tests of this module, by launcher mode: each (script, args) runs once per mode."""
+    root = tmp_path_factory.mktemp("gpu")
+    return {mode: RunCache(root / mode, lambda script, *args, cwd, mode=mode: launch(mode, script, *args, cwd=cwd))
+            for mode in ("user", "fallback")}
 
 
 CASES = [(pair, mode) for pair in PAIRS for mode in MODES]
@@ -96,43 +131,49 @@ IDS = [f"{pair} {' '.join(mode) or 'no flag'}" for pair, mode in CASES]
 
 
 @pytest.mark.parametrize("pair,mode", CASES, ids=IDS)
-def test_every_mode_runs_on_cuda_and_logs(pair, mode, gpu_runs):
-    _, fast, short, tags, _ = PAIRS[pair]
-    result = gpu_runs(fast, *short, *mode).check()
-    assert "needs a CUDA device" not in result.stderr  # the graphs really ran
-    assert result.values("charts/SPS") and min(result.values("charts/SPS")) > 0
-    assert all(result.values(tag) for tag in tags), sorted(result.scalars)
+def test_every_mode_runs_on_cuda_logs_and_replays_its_graphs(pair, mode, gpu_runs):
+    _, fast, args, tags, _, graphs = PAIRS[pair]
+    result = gpu_runs["user"](fast, *args, *mode).check()
+    assert all(result.values(tag) for tag in tags + ["charts/SPS"]), sorted(result.scalars)
+    counts = replays(result)
+    if "--cudagraphs" in mode:
+        assert len(counts) == graphs and min(counts) >= 2, f"replays of each captured graph: {counts}"
+    else:
+        assert counts == [], f"graphs captured without --cudagraphs: {counts}"
 
 
 @pytest.mark.parametrize("pair,mode", CASES, ids=IDS)
 def test_first_updates_match_the_eager_twin(pair, mode, gpu_runs):
-    eager, fast, short, tags, upto = PAIRS[pair]
-    reference, optimized = gpu_runs(eager, *short).check(), gpu_runs(fast, *short, *mode).check()
+    eager, fast, args, tags, upto, _ = PAIRS[pair]
+    reference, optimized = gpu_runs["fallback"](eager, *args).check(), gpu_runs["fallback"](fast, *args, *mode).check()
     assert_close_logs(optimized, reference, tags, upto_step=upto, **TOL)
 
 
-@pytest.mark.parametrize("pair", ["sac", "ppo_continuous"])
-def test_a_graph_that_replays_stale_inputs_fails_the_comparison(pair, gpu_runs, tmp_path):
-    """The comparison above can fail: with the graphs' input copies switched off, each update replays the
-    batch it was captured with, and the numbers leave the eager twin's."""
-    eager, fast, short, tags, upto = PAIRS[pair]
-    stale = run(fast, *short, "--cudagraphs", cwd=tmp_path, stale=True).check()
-    with pytest.raises(AssertionError):
-        assert_close_logs(stale, gpu_runs(eager, *short).check(), tags, upto_step=upto, **TOL)
+STALE = [(pair, mode) for pair in PAIRS for mode in GRAPH_MODES]
 
 
-LEARN = {  # the CPU learning tests' tasks and thresholds (see test_offpolicy.py, test_ppo_continuous.py)
-    "sac_continuous_action_torchcompile": (("--env-id", "Pendulum-v1", "--total-timesteps", "5000",
-                                            "--learning-starts", "1000"), -400),
-    "ppo_continuous_action_torchcompile": (("--env-id", "InvertedPendulum-v4", "--total-timesteps", "28672"), 500),
+@pytest.mark.parametrize("pair,mode", STALE, ids=[f"{p} {' '.join(m)}" for p, m in STALE])
+def test_a_graph_that_replays_stale_inputs_fails_the_comparison(pair, mode, gpu_runs, tmp_path):
+    """The comparison above can fail: with the graphs' input copies switched off, each replay reads the
+    inputs it was captured with. The stale run logs every tag at the eager twin's steps (it ran), and some
+    value leaves the tolerance."""
+    eager, fast, args, tags, upto, _ = PAIRS[pair]
+    stale = launch("stale", fast, *args, *mode, cwd=tmp_path).check()
+    assert max(replays(stale)) >= 2
+    differences = log_differences(stale, gpu_runs["fallback"](eager, *args).check(), tags, upto_step=upto, **TOL)
+    assert differences, "stale inputs went unnoticed"
+
+
+LEARN = {  # the CPU learning tests' tasks and thresholds (test_offpolicy.py, test_ppo_continuous.py)
+    "sac_continuous_action_torchcompile": (OFF_POLICY_LEARN["sac"], OFF_POLICY_THRESHOLD),
+    "ppo_continuous_action_torchcompile": (PPO_LEARN, PPO_THRESHOLD),
 }
 
 
 @pytest.mark.parametrize("script", LEARN)
 def test_learns_on_cuda_with_compile_and_cudagraphs(script, tmp_path):
     args, threshold = LEARN[script]
-    cmd = [sys.executable, str(SCRIPTS / f"{script}.py"), *args, "--compile", "--cudagraphs"]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=1800)
-    result = Run(proc.returncode, proc.stdout, proc.stderr, tmp_path).check()
+    result = launch("user", script, *args, "--compile", "--cudagraphs", cwd=tmp_path).check()
+    assert replays(result) and min(replays(result)) >= 2
     last = result.values("charts/episodic_return")[-5:]
     assert sum(last) / len(last) > threshold, f"last episodes: {last}"

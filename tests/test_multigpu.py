@@ -3,7 +3,9 @@
 Two ranks keep bit-identical weights after every update, in every mode; the averaged gradient is the mean
 of the ranks' own; the optimized script gives the eager script's numbers; two ranks learn as one rank with
 twice the envs; two torchrun launchers meet through c10d rendezvous; a killed rank ends the run of the
-other with one line; a batch too small for the world size is refused."""
+other with one line; a batch too small for the world size, NCCL without CUDA, and NCCL ranks that would
+share a GPU are refused; after the updates' all-reduces, a watched collective comes before any host read.
+On a machine with two GPUs or more (`pytest -m gpu`), the same over NCCL, one rank per GPU."""
 
 import os
 import signal
@@ -15,7 +17,8 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import ENV, MODES, SCRIPTS, Run, assert_close_logs, with_flag
+from helpers import ENV, GPU_ENV, MODES, SCRIPTS, Run, RunCache, assert_close_logs, cuda_device_count, load_script, \
+    with_flag
 
 EAGER, FAST = "ppo_atari_envpool_multigpu", "ppo_atari_envpool_multigpu_torchcompile"
 # 2 ranks x 2 envs x 32 steps per iteration, 3 iterations, 2 epochs of 2 minibatches: 12 updates
@@ -24,36 +27,87 @@ SHORT = ("--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "32", "--t
 UPDATES = 12
 TIMEOUT = 600
 
-# Runs a script under torchrun, recording on each rank: a digest of every parameter after each optimizer
-# step, and around the first all-reduce, the gradients each rank had and what the all-reduce returned,
-# then the gradients the first step used.
+# Runs a script under torchrun, recording on each rank:
+# - digests{rank}.txt: a digest of every parameter after each optimizer step (an eager step calls the
+#   optimizer's hooks; a step replayed from a CUDA graph does not);
+# - iterations{rank}.txt: the same digest at each gather of the games, once per iteration after the
+#   updates, in every mode;
+# - around the first all-reduce, the gradients each rank had and what the all-reduce returned, then the
+#   gradients the first step used;
+# - events{rank}.txt: the order of the all-reduces, the gathers and the host reads (.item, .cpu, .numpy).
 PROBE = """
 import hashlib, os, runpy, sys
 import torch, torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 rank = int(os.environ.get("RANK", "0"))
-digests = open(f"digests{rank}.txt", "w")
-all_reduce = dist.all_reduce
+digests, iterations, events = (open(f"{name}{rank}.txt", "w") for name in ("digests", "iterations", "events"))
+all_reduce, all_gather_object, adam_init = dist.all_reduce, dist.all_gather_object, torch.optim.Adam.__init__
+optimizers = []
+
+
+def log(file, line):
+    file.write(line + "\\n")
+    file.flush()
+
+
+probing = []  # non-empty while the probe itself reads tensors: those reads are not the script's
+
+
+def digest(params):
+    probing.append(True)
+    try:
+        return hashlib.sha1(b"".join(p.detach().cpu().contiguous().numpy().tobytes() for p in params)).hexdigest()
+    finally:
+        probing.pop()
 
 
 def recorded_all_reduce(tensor, *args, **kwargs):
+    log(events, "all_reduce")
     before = tensor.detach().clone()
     result = all_reduce(tensor, *args, **kwargs)
     if not os.path.exists(f"allreduce{rank}.pt"):
-        torch.save({"before": before, "after": tensor.detach().clone()}, f"allreduce{rank}.pt")
+        probing.append(True)
+        torch.save({"before": before.cpu(), "after": tensor.detach().cpu()}, f"allreduce{rank}.pt")
+        probing.pop()
     return result
+
+
+def recorded_all_gather_object(*args, **kwargs):
+    log(events, "gather")
+    if optimizers:
+        log(iterations, digest([p for group in optimizers[0].param_groups for p in group["params"]]))
+    return all_gather_object(*args, **kwargs)
+
+
+def recorded_adam_init(self, *args, **kwargs):
+    optimizers.append(self)
+    adam_init(self, *args, **kwargs)
 
 
 def after_step(optimizer, args, kwargs):
     params = [p for group in optimizer.param_groups for p in group["params"]]
     if not os.path.exists(f"grads{rank}.pt"):
-        torch.save([p.grad.detach().clone() for p in params], f"grads{rank}.pt")
-    digests.write(hashlib.sha1(b"".join(p.detach().contiguous().numpy().tobytes() for p in params)).hexdigest() + "\\n")
-    digests.flush()
+        probing.append(True)
+        torch.save([p.grad.detach().cpu() for p in params], f"grads{rank}.pt")
+        probing.pop()
+    log(digests, digest(params))
 
 
-dist.all_reduce = recorded_all_reduce
+def host_read(name):
+    method = getattr(torch.Tensor, name)
+
+    def read(self, *args, **kwargs):
+        if not probing:
+            log(events, "read")
+        return method(self, *args, **kwargs)
+    return read
+
+
+dist.all_reduce, dist.all_gather_object, torch.optim.Adam.__init__ = \\
+    recorded_all_reduce, recorded_all_gather_object, recorded_adam_init
+for name in ("item", "cpu", "numpy"):
+    setattr(torch.Tensor, name, host_read(name))
 register_optimizer_step_post_hook(after_step)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
@@ -66,7 +120,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(script, *args, cwd, nproc=2, probe=True, timeout=TIMEOUT) -> Run:
+def torchrun(script, *args, cwd, nproc=2, probe=True, timeout=TIMEOUT, env=ENV) -> Run:
     cwd.mkdir(parents=True, exist_ok=True)
     target = [str(SCRIPTS / f"{script}.py")]
     if probe:
@@ -74,8 +128,12 @@ def torchrun(script, *args, cwd, nproc=2, probe=True, timeout=TIMEOUT) -> Run:
         target = [str(cwd / "probe.py"), *target]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={nproc}",
            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}", *target, *args]
-    proc = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     return Run(proc.returncode, proc.stdout, proc.stderr, cwd)
+
+
+def lines(run: Run, name: str, rank: int) -> list[str]:
+    return (run.cwd / f"{name}{rank}.txt").read_text().split()
 
 
 CONFIGS = [(EAGER,)] + [(FAST, *mode) for mode in MODES]
@@ -83,23 +141,18 @@ CONFIGS = [(EAGER,)] + [(FAST, *mode) for mode in MODES]
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
-    """One 2-rank run per configuration, shared by the tests of this module."""
-    root, runs = tmp_path_factory.mktemp("multigpu"), {}
-
-    def get(config):
-        if config not in runs:
-            runs[config] = torchrun(*config, *SHORT, cwd=root / f"run{len(runs)}").check()
-        return runs[config]
-
-    return get
+    """One 2-rank run per configuration (gloo, CPU), shared by the tests of this module."""
+    runs = RunCache(tmp_path_factory.mktemp("multigpu"), torchrun)
+    return lambda config: runs(*config, *SHORT).check()
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=" ".join)
 def test_two_ranks_keep_identical_weights(config, two_ranks):
     run = two_ranks(config)
-    digests = [(run.cwd / f"digests{rank}.txt").read_text().split() for rank in (0, 1)]
+    digests = [lines(run, "digests", rank) for rank in (0, 1)]
     assert len(digests[0]) == UPDATES and digests[0] == digests[1]
     assert len(set(digests[0])) == UPDATES  # and every update changed them
+    assert lines(run, "iterations", 0) == lines(run, "iterations", 1) == digests[0][3::4]  # after each iteration
     # rank 0 logged, counting the steps of both ranks: 3 iterations of 2 ranks x 2 envs x 32 steps
     assert run.values("charts/SPS") and run.scalars["losses/value_loss"][-1][0] == 384
 
@@ -171,27 +224,37 @@ def test_two_launchers_meet_through_c10d_rendezvous(tmp_path):
     assert sum(len(list((tmp_path / f"node{n}" / "runs").glob("*"))) for n in (0, 1)) == 1
 
 
-def test_a_killed_rank_ends_the_other_with_one_line(tmp_path):
-    """Two ranks started by hand (no torchrun, which would stop the survivor itself); rank 1 is killed
-    mid-run; rank 0 stops with exit code 1 and a one-line error within --dist-timeout (20 s)."""
+def kill_rank_1(script: str, mode: tuple[str, ...], cwd, env=ENV, timeout: float = 20) -> tuple[int, str, float]:
+    """Two ranks started by hand (no torchrun, which would stop the survivor itself), rank 1 killed a few
+    updates in: rank 0's exit code, its stderr, and how long it ran after the kill."""
     port, procs = free_port(), []
-    args = [*SHORT[:-1], "20"]
-    args[args.index("--total-timesteps") + 1] = "100000"
+    args = with_flag(with_flag(SHORT, "--dist-timeout", str(timeout)), "--total-timesteps", "100000")
     for rank in (0, 1):
-        env = {**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "RANK": str(rank),
-               "LOCAL_RANK": "0"}
-        procs.append(subprocess.Popen([sys.executable, str(SCRIPTS / f"{EAGER}.py"), *args], cwd=tmp_path, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob("runs/*/events.*")) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    time.sleep(3)  # a few updates in
-    os.kill(procs[1].pid, signal.SIGKILL)
-    killed_at = time.monotonic()
-    _, err = procs[0].communicate(timeout=60)
-    assert procs[0].returncode == 1 and time.monotonic() - killed_at < 20 + 5
+        rank_env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "RANK": str(rank),
+                    "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2"}
+        procs.append(subprocess.Popen([sys.executable, str(SCRIPTS / f"{script}.py"), *args, *mode], cwd=cwd,
+                                      env=rank_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        deadline = time.monotonic() + 300
+        while not list(cwd.glob("runs/*/events.*")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(3)  # a few updates in
+        os.kill(procs[1].pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = procs[0].communicate(timeout=timeout + 60)
+        return procs[0].returncode, err, time.monotonic() - killed_at
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.communicate()
+
+
+def test_a_killed_rank_ends_the_other_with_one_line(tmp_path):
+    """Rank 1 is killed mid-run; rank 0 stops with exit code 1 and a one-line error within --dist-timeout
+    (20 s)."""
+    code, err, waited = kill_rank_1(EAGER, (), tmp_path)
+    assert code == 1 and waited < 20 + 5, (code, waited)
     assert "error: lost contact with another rank" in err and "Traceback" not in err, err[-2000:]
-    procs[1].communicate()
 
 
 def test_a_batch_too_small_for_the_world_size_is_refused(tmp_path):
@@ -201,3 +264,80 @@ def test_a_batch_too_small_for_the_world_size_is_refused(tmp_path):
     assert run.returncode != 0 and not (tmp_path / "runs").exists()
     assert "error: --total-timesteps (200) is less than one batch of all ranks (world size 2 x --num-envs x " \
            "--num-steps = 256)" in run.stderr
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: " ".join(m) or "no flag")
+def test_a_watched_collective_comes_between_the_updates_and_any_host_read(mode, two_ranks):
+    """Under --cudagraphs with NCCL, the all-reduces inside the update's graph are replayed, and NCCL's
+    watchdog does not watch a replay: if a rank died mid-update, the next host read would wait forever.
+    The optimized script gathers the games (a collective the watchdog watches, which times out) after its
+    updates and before it reads anything back. Checked here in the order of the calls, in every mode."""
+    run = two_ranks((FAST, *mode))
+    for rank in (0, 1):
+        events, pending = lines(run, "events", rank), False
+        assert events.count("all_reduce") == UPDATES and events.count("gather") == 3, events
+        for i, event in enumerate(events):
+            if event == "all_reduce":
+                pending = True
+            elif event == "gather":
+                pending = False
+            assert not (pending and event == "read"), f"rank {rank}: a host read after an all-reduce, unwatched: {i}"
+
+
+@pytest.mark.parametrize("script", [EAGER, FAST])
+def test_nccl_without_cuda_is_refused_in_one_line(script, tmp_path):
+    """A single rank and two ranks under torchrun: each stops with one line naming --backend, exit code 2,
+    before any collective (torch's 'Distributed package doesn't have NCCL built in' never shows)."""
+    args = (*SHORT, "--backend", "nccl")
+    single = subprocess.run([sys.executable, str(SCRIPTS / f"{script}.py"), *args], cwd=tmp_path, env=ENV,
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    assert single.returncode == 2 and "Traceback" not in single.stderr, single.stderr[-2000:]
+    assert single.stderr.strip().splitlines()[-1].startswith(f"{script}.py: error: --backend nccl:")
+    both = torchrun(script, *args, cwd=tmp_path / "torchrun", probe=False)
+    assert both.returncode != 0 and not (tmp_path / "torchrun" / "runs").exists()
+    assert both.stderr.count(f"{script}.py: error: --backend nccl:") == 2, both.stderr[-3000:]
+    assert "NCCL built in" not in both.stderr
+
+
+@pytest.mark.parametrize("script", [EAGER, FAST])
+def test_nccl_ranks_that_would_share_a_gpu_are_refused(script, monkeypatch, capsys):
+    """The device choice, in this process with a machine of 1 GPU modelled: 2 local ranks over NCCL would
+    share it (NCCL refuses that at the first collective), so the choice stops with one line saying what to
+    do; with gloo they may share it; 2 GPUs give one each."""
+    module = load_script(script)
+    monkeypatch.setattr(module.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(module.torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(SystemExit) as stop:
+        module.pick_device(module.Args(world_size=2), local_rank=1)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and "--backend nccl:" in last and "one rank per GPU" in last, last
+    assert module.pick_device(module.Args(world_size=2, backend="gloo"), local_rank=1) == torch.device("cuda", 0)
+    monkeypatch.setattr(module.torch.cuda, "device_count", lambda: 2)
+    assert module.pick_device(module.Args(world_size=2), local_rank=1) == torch.device("cuda", 1)
+
+
+# NCCL on GPUs, one rank per GPU: `pytest -m gpu` on a machine with two GPUs or more.
+two_gpus = pytest.mark.skipif(cuda_device_count() < 2, reason="needs two CUDA devices (NCCL, one rank per GPU): "
+                              "run `pytest -m gpu` on a machine with two GPUs")
+
+
+@pytest.mark.gpu
+@two_gpus
+@pytest.mark.parametrize("config", CONFIGS, ids=" ".join)
+def test_nccl_ranks_keep_identical_weights(config, tmp_path):
+    """After each iteration's updates (8 iterations: under --compile --cudagraphs each graph is captured at its
+    4th call, then replayed), the parameters of both ranks are bit-identical, and every iteration changed them."""
+    run = torchrun(*config, *with_flag(SHORT, "--total-timesteps", str(8 * 128)), cwd=tmp_path, env=GPU_ENV).check()
+    digests = [lines(run, "iterations", rank) for rank in (0, 1)]
+    assert len(digests[0]) == 8 and digests[0] == digests[1] and len(set(digests[0])) == 8
+
+
+@pytest.mark.gpu
+@two_gpus
+@pytest.mark.parametrize("mode", [(), ("--cudagraphs",), ("--compile", "--cudagraphs")], ids=" ".join)
+def test_a_killed_nccl_rank_ends_the_other_within_the_timeout(mode, tmp_path):
+    """Rank 1 killed mid-run: rank 0 stops with an error within --dist-timeout (20 s) and a margin, graphs
+    replaying their all-reduces included (NCCL's watchdog may end it with its own report, not our line)."""
+    code, err, waited = kill_rank_1(FAST, mode, tmp_path, env=GPU_ENV)
+    assert code != 0 and waited < 20 + 15, (code, waited, err[-2000:])
