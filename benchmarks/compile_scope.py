@@ -24,11 +24,14 @@ Questions, each with its variants side by side:
   False), `DDP(compile(m))`, one flat all-reduce of the gradients outside the compiled step (CleanRL's
   multi-GPU PPO), and no DDP at all.
 
-Each variant first runs one update from the same weights on the same batch as the eager update, and
+Each variant runs in a process of its own (a DDP variant: two), so that it compiles, keeps and times
+its own graphs (in one process, dynamo could hand one variant the graph compiled for another: see
+measure). It first runs one update from the same weights on the same batch as the eager update, and
 its loss and gradients must match eager's (stated tolerances) before its time counts; a variant that
-computes something else is reported as a finding. Then the variants of a question take turns in
-rounds; per update: the median time with its 10th-90th percentile spread, the compile time (the first
-call), and the graphs and graph breaks dynamo made (its counters). A question that needs CUDA is
+computes something else is reported as a finding, and a compiled variant whose first call compiled no
+graph fails. Then the variants of a question take turns in rounds, with recompilation an error; per
+update: the median time with its 10th-90th percentile spread, the compile time (the first call), and the
+graphs and graph breaks dynamo made at the first call (its counters). A question that needs CUDA is
 reported "not measured" without it. Writes results.json, results.md and scope.png into --out.
 """
 
@@ -41,7 +44,6 @@ import os
 import socket
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -51,7 +53,7 @@ import torch.nn as nn
 from tensordict import from_modules
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import device_sync, interleaved, load_script, percentile  # noqa: E402
+from benchmarks.common import device_sync, load_script, percentile, time_calls  # noqa: E402
 from benchmarks.report import describe_machine  # noqa: E402
 
 WORKLOADS = ["sac_critic", "ppo_mlp", "ppo_atari"]
@@ -258,22 +260,23 @@ def fresh(workload, device, seed=0, batch=None):
     return build(workload, device, batch)
 
 
-def counters():
+def counters() -> tuple[int, int]:
+    """Dynamo's counts so far in this process: graphs compiled, graph breaks."""
     from torch._dynamo.utils import counters as c
 
     return c["stats"]["unique_graphs"], sum(c["graph_break"].values())
 
 
 def check(update, params, batch, reference, dtype) -> tuple[str, float, int, int]:
-    """Run the first update (it compiles), compare its loss and gradients with eager's."""
-    from torch._dynamo.utils import counters as c
-
-    c.clear()
+    """Run the first update (it compiles), compare its loss and gradients with eager's; the graphs and
+    graph breaks are those this first call made."""
+    graphs0, breaks0 = counters()
     torch.manual_seed(1)  # the same random draws as the reference (SAC samples next actions)
     start = time.perf_counter()
     loss = update(*batch)
     compile_s = time.perf_counter() - start
     graphs, breaks = counters()
+    graphs, breaks = graphs - graphs0, breaks - breaks0
     ref_loss, ref_grads = reference
     tol = TOLERANCE[dtype]
     mismatch = []
@@ -295,39 +298,135 @@ def reference_step(workload, device, batch, autocast=None, scaler=None):
     return loss.detach(), [p.grad.detach().clone() for p in params]
 
 
-def measure(question, workload, variants: dict, device, opts, dtype="float32", reference_kwargs=None) -> list[Result]:
-    """Check every variant against eager, then time the ones that ran, taking turns."""
-    _, _, make_batch = fresh(workload, device, batch=opts.batch)
-    batch = make_batch(torch.Generator(device=device).manual_seed(7))
-    reference = reference_step(workload, device, batch, **(reference_kwargs or {}))
-    results, runnable = [], {}
+def measure(question, workload, variants: dict, device, opts, dtype="float32", reference_kwargs=None,
+            compiled=()) -> list[Result]:
+    """Check every variant against eager, then time the ones that ran, taking turns.
+
+    Each variant runs in a process of its own, forked from this one (which computes nothing itself): dynamo
+    keeps its compiled graphs per code object, and its guards do not tell apart two variants built from the
+    same functions and module classes (the settings a variant patches are no guards either), so in one
+    process a variant could run another's graph without compiling its own. The processes start one after
+    another (a variant's first call, its compilation, has the machine to itself), then take turns, each
+    timing its update in rounds. A variant named in `compiled` whose first call made no graph fails; one
+    that compiles anything while it is timed stops the benchmark."""
+    results, workers = [], {}
     for name, factory in variants.items():
         r = Result(question, workload, name)
         results.append(r)
         if isinstance(factory, str):  # a reason why the variant is not run here
             r.status, r.detail = "not measured", factory
             continue
-        torch._dynamo.reset()
-        try:
+
+        def run(conn, factory=factory, must_compile=name in compiled):
+            _, _, make_batch = fresh(workload, device, batch=opts.batch)
+            batch = make_batch(torch.Generator(device=device).manual_seed(7))
+            reference = reference_step(workload, device, batch, **(reference_kwargs or {}))
             update, params = factory()
-            r.matches_eager, r.compile_s, r.graphs, r.graph_breaks = check(update, params, batch, reference, dtype)
+            checked = check(update, params, batch, reference, dtype)
+            if must_compile and checked[2] == 0:
+                raise RuntimeError("its first call compiled no graph of its own")
             for _ in range(2):
                 update(*batch)
-            runnable[name] = (r, update)
-        except Exception as err:
-            r.status, r.detail = "failed", one_line(err)
+            serve(conn, checked, lambda: update(*batch), device_sync(device))
+
+        workers[name] = (r, start_worker(run, opts))
+        if not ready(r, *workers[name][1], opts):
             print(f"  {workload} {name}: failed: {r.detail}", file=sys.stderr)
-    sync = device_sync(device)
-    times = interleaved({name: (lambda u=u: u(*batch)) for name, (_, u) in runnable.items()}, opts.rounds,
-                        opts.round_time, min_calls=max(1, opts.min_calls // opts.rounds), sync=sync)
-    for name, (r, _) in runnable.items():
-        ts = times[name]
-        r.calls, r.p50_ms, r.p10_ms, r.p90_ms = len(ts), *(percentile(ts, q) * 1e3 for q in (50, 10, 90))
+            del workers[name]
+    take_turns({name: [worker] for name, (_, worker) in workers.items()}, {name: r for name, (r, _) in workers.items()},
+               opts)
     first = next((r for r in results if r.status == "ok"), None)
     for r in results:
         if r.status == "ok" and first is not None:
             r.vs_first = r.p50_ms / first.p50_ms
     return results
+
+
+# The protocol between measure() (or question_ddp()) and a variant's process: the process sends its check,
+# then answers "calibrate" (time one call, keep a number of calls per round), "round" (time that many
+# calls, send their times) and "stop". A variant of the DDP question has a process per rank.
+def serve(conn, checked, call, sync, before_round=lambda: None) -> None:
+    """A variant's process, after its check: time `call` when asked, with recompilation an error
+    (`before_round`: the DDP ranks meet before each round, so that they start it together)."""
+    conn.send(("ok", *checked))
+    graphs, per_round = counters()[0], 1
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        while (message := conn.recv())[0] != "stop":
+            before_round()
+            if message[0] == "calibrate":
+                _, round_time, min_calls, max_calls = message
+                t = time_calls(call, 1, sync)[0]
+                per_round = max(min_calls, min(max_calls, int(round_time / max(t, 1e-7))))
+                conn.send(per_round)
+            else:
+                times = time_calls(call, per_round, sync)
+                if counters()[0] != graphs:
+                    raise RuntimeError(f"{counters()[0] - graphs} graphs compiled while timing: these times are "
+                                       "not those of the variant's graph")
+                conn.send(times)
+
+
+def start_worker(run, opts):
+    """Fork a process that runs `run(conn)`; an exception there is sent back as a failure."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    here, there = ctx.Pipe()
+
+    def target():
+        try:
+            run(there)
+        except Exception as err:
+            there.send(("failed", one_line(err)))
+
+    proc = ctx.Process(target=target, daemon=True)
+    proc.start()
+    return here, proc
+
+
+def receive(conn, proc, timeout: float):
+    if not conn.poll(timeout):
+        proc.kill()
+        raise SystemExit(f"compile_scope: a variant's process did not answer within {timeout:.0f} s")
+    return conn.recv()
+
+
+def ready(r: Result, conn, proc, opts) -> bool:
+    """Wait for a variant's check; fill in its row. False if it failed (its process is then gone)."""
+    status, *rest = receive(conn, proc, opts.variant_timeout)
+    if status != "ok":
+        r.status, r.detail = status, rest[0]
+        proc.join()
+        return False
+    r.matches_eager, r.compile_s, r.graphs, r.graph_breaks = rest
+    return True
+
+
+def take_turns(workers: dict[str, list], rows: dict[str, Result], opts) -> None:
+    """Time every variant's update, the variants taking turns in rounds so that the drift of a shared machine
+    falls on all of them; the times are those of each variant's first process (rank 0 under DDP)."""
+    times = {name: [] for name in workers}
+    ask = lambda name, message: [conn.send(message) for conn, _ in workers[name]]  # noqa: E731
+    answers = lambda name: [receive(conn, proc, opts.variant_timeout) for conn, proc in workers[name]]  # noqa: E731
+    for name in workers:
+        ask(name, ("calibrate", opts.round_time, max(1, opts.min_calls // opts.rounds), 10_000))
+        calls = answers(name)
+        if len(set(calls)) > 1:  # the ranks of a DDP variant must make the same calls: the smallest for all
+            ask(name, ("calibrate", 0.0, min(calls), min(calls)))
+            answers(name)
+    for _ in range(opts.rounds):
+        for name in workers:
+            ask(name, ("round",))
+            reply = answers(name)
+            if any(isinstance(x, tuple) and x[0] == "failed" for x in reply):
+                raise SystemExit(f"compile_scope: {name}: {next(x for x in reply if isinstance(x, tuple))[1]}")
+            times[name] += reply[0]
+    for name, procs in workers.items():
+        ask(name, ("stop",))
+        for _, proc in procs:
+            proc.join(timeout=60)
+        r = rows[name]
+        r.calls, r.p50_ms, r.p10_ms, r.p90_ms = len(times[name]), *(percentile(times[name], q) * 1e3 for q in (50, 10, 90))
 
 
 def one_line(err: BaseException) -> str:
@@ -347,7 +446,7 @@ def question_scope(workload, device, opts):
             update, params = variant(module, make_opt, scope)
             if not settings:
                 return update, params
-            def patched(*b):  # compiles (first call) under the changed settings
+            def patched(*b):  # compiles (first call) under the changed settings, and runs under them
                 with torch._dynamo.config.patch(**{k: v for k, v in settings.items() if k == "trace_autograd_ops"}), \
                         torch._functorch.config.patch(**{k: v for k, v in settings.items() if k == "recompute_views"}):
                     return update(*b)
@@ -361,6 +460,7 @@ def question_scope(workload, device, opts):
         variants["  same, without trace_autograd_ops"] = v("loss+backward", trace_autograd_ops=False)
         variants["  same, without recompute_views"] = v("loss+backward", recompute_views=False)
     variants["whole step (zero_grad, loss, backward, optimizer step)"] = v("whole step")
+    compiled = [name for name in variants if name.startswith(("the loss", "loss + backward", "  same", "whole step"))]
     if device.type == "cuda":
         def reduce_overhead():
             module, make_opt, _ = fresh(workload, device, batch=opts.batch)
@@ -383,7 +483,7 @@ def question_scope(workload, device, opts):
     else:
         variants["whole step, reduce-overhead (CUDA graphs)"] = "needs CUDA"
         variants["loss + backward compiled, CudaGraphModule over the update"] = "needs CUDA"
-    return measure("scope", workload, variants, device, opts)
+    return measure("scope", workload, variants, device, opts, compiled=compiled)
 
 
 def question_amp(workload, device, opts):
@@ -402,7 +502,7 @@ def question_amp(workload, device, opts):
         variants = {f"{name}: autocast inside the compiled function": v("inside"),
                     f"{name}: compiled function called under autocast": v("outside")}
         results += measure("amp", workload, variants, device, opts, dtype=name,
-                           reference_kwargs=dict(autocast=("inside", ctx), scaler=scaler_for()))
+                           reference_kwargs=dict(autocast=("inside", ctx), scaler=scaler_for()), compiled=list(variants))
     return results
 
 
@@ -432,8 +532,8 @@ def question_device(workload, device, opts):
             return update, params
         return factory
 
-    return measure("device", workload, {".to(device) before torch.compile": v("before"),
-                                        ".to(device) after torch.compile": v("after")}, device, opts)
+    variants = {".to(device) before torch.compile": v("before"), ".to(device) after torch.compile": v("after")}
+    return measure("device", workload, variants, device, opts, compiled=list(variants))
 
 
 # DDP: 2 processes on loopback, each with its own batch; the reference is eager DDP (the mean gradient).
@@ -442,21 +542,19 @@ DDP_VARIANTS = ["no DDP (each process alone)", "eager DDP (the reference)", "com
                 "DDP(compile(m))", "flat all-reduce outside the compiled step (CleanRL's multi-GPU PPO)"]
 
 
-def ddp_worker(rank, world, port, workload, device_type, opts, out_path):
-    global BACKEND
+def ddp_rank(conn, rank, world, port, workload, device_type, opts, name):
+    """One rank of one DDP variant, in a process of its own: its batch, eager DDP's averaged gradients for the
+    check, then the variant, checked and timed when asked (see serve)."""
+    import datetime
+
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     backend = "nccl" if device_type == "cuda" else "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=__import__("datetime").timedelta(seconds=opts.ddp_timeout))
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=opts.variant_timeout))
     device = torch.device(f"cuda:{rank % torch.cuda.device_count()}" if device_type == "cuda" else "cpu")
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // world))
-    BACKEND = opts.backend
-    if device.type == "cpu":
-        torch._inductor.config.fallback_random = True
-    torch._dynamo.config.trace_autograd_ops = True
-    torch._inductor.config.fx_graph_cache = False
     _, _, make_batch = fresh(workload, device, batch=opts.batch)
     batch = make_batch(torch.Generator(device=device).manual_seed(100 + rank))  # each rank its own data
 
@@ -488,9 +586,6 @@ def ddp_worker(rank, world, port, workload, device_type, opts, out_path):
         else:
             wrapped = DDP(module)
         if name.startswith("compile(DDP"):
-            setting = name.split("optimize_ddp=")[1].split(" ")[0]
-            torch._dynamo.config.optimize_ddp = False if setting == "False" else setting
-            torch._dynamo.config.compiled_autograd = setting == "python_reducer"
             forward = compile_(wrapped)
         else:
             forward = wrapped
@@ -504,46 +599,26 @@ def ddp_worker(rank, world, port, workload, device_type, opts, out_path):
             return loss.detach()
         return update, params
 
-    rows = []
-    reference = None
-    for name in DDP_VARIANTS:
-        torch._dynamo.reset()
-        torch._dynamo.config.optimize_ddp, torch._dynamo.config.compiled_autograd = "ddp_optimizer", False
-        r = Result("ddp", workload, name)
-        rows.append(r)
-        try:
-            update, params = factory(name)
-            if reference is None and name.startswith("eager DDP"):
-                torch.manual_seed(1)
-                loss = update(*batch)
-                reference = (loss.detach(), [p.grad.detach().clone() for p in params])
-                update, params = factory(name)
-            check_against = reference if reference is not None else None
-            if check_against is None or name.startswith("no DDP"):
-                torch.manual_seed(1)
-                start = time.perf_counter()
-                update(*batch)
-                r.compile_s = time.perf_counter() - start
-                r.matches_eager = "not compared (no gradient averaging)" if name.startswith("no DDP") else ""
-            else:
-                r.matches_eager, r.compile_s, r.graphs, r.graph_breaks = check(update, params, batch, check_against, "float32")
-            for _ in range(2):
-                update(*batch)
-            dist.barrier()
-            ts = []
-            sync = device_sync(device)
-            calls = max(opts.min_calls, 3)
-            for _ in range(calls):
-                start = time.perf_counter()
-                update(*batch)
-                sync()
-                ts.append(time.perf_counter() - start)
-            r.calls, r.p50_ms, r.p10_ms, r.p90_ms = len(ts), *(percentile(ts, q) * 1e3 for q in (50, 10, 90))
-        except Exception as err:
-            r.status, r.detail = "failed", one_line(err)
-        dist.barrier()
-    if rank == 0:
-        Path(out_path).write_text(json.dumps([asdict(r) for r in rows]))
+    setting = name.split("optimize_ddp=")[1].split(" ")[0] if "optimize_ddp=" in name else "ddp_optimizer"
+    settings = dict(optimize_ddp=False if setting == "False" else setting, compiled_autograd=setting == "python_reducer")
+    update, params = factory("eager DDP (the reference)")
+    torch.manual_seed(1)
+    loss = update(*batch)
+    reference = (loss.detach(), [p.grad.detach().clone() for p in params])
+    with torch._dynamo.config.patch(**settings):  # the settings it compiles and runs under
+        update, params = factory(name)
+        if name.startswith("no DDP"):
+            torch.manual_seed(1)
+            start = time.perf_counter()
+            update(*batch)
+            checked = ("not compared (no gradient averaging)", time.perf_counter() - start, *counters())
+        else:
+            checked = check(update, params, batch, reference, "float32")
+        if name.startswith(("compile(", "DDP(compile", "flat")) and checked[2] == 0:
+            raise RuntimeError("its first call compiled no graph of its own")
+        for _ in range(2):
+            update(*batch)
+        serve(conn, checked, lambda: update(*batch), device_sync(device), before_round=dist.barrier)
     dist.destroy_process_group()
 
 
@@ -560,23 +635,29 @@ def free_port() -> int:
 
 
 def question_ddp(workload, device, opts):
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "ddp.json"
-        ctx = mp.spawn(ddp_worker, args=(2, free_port(), workload, device.type, opts, str(out)), nprocs=2, join=False)
-        deadline = time.monotonic() + opts.ddp_timeout
-        while not ctx.join(timeout=1):
-            if time.monotonic() > deadline:
-                for p in ctx.processes:
-                    p.kill()
-                raise SystemExit(f"compile_scope: the 2-process DDP run did not end within {opts.ddp_timeout} s")
-        rows = [Result(**r) for r in json.loads(out.read_text())]
-    baseline = next((r for r in rows if r.status == "ok"), None)
-    for r in rows:
+    """Each variant: 2 processes (ranks) of its own on loopback, started variant after variant, then the
+    variants take turns (see measure). A row holds rank 0's check and times."""
+    results, workers = [], {}
+    for name in DDP_VARIANTS:
+        rows = [Result("ddp", workload, name) for _ in (0, 1)]
+        results.append(rows[0])
+        port = free_port()
+        ranks = [start_worker(lambda conn, rank=rank: ddp_rank(conn, rank, 2, port, workload, device.type, opts, name),
+                              opts) for rank in (0, 1)]
+        if all([ready(row, *worker, opts) for row, worker in zip(rows, ranks)]):
+            workers[name] = ranks
+            continue
+        for _, proc in ranks:  # the other rank waits in a collective: stop it
+            proc.kill()
+        failed = next(row for row in rows if row.status != "ok")
+        rows[0].status, rows[0].detail = failed.status, failed.detail
+        print(f"  {workload} {name}: failed: {failed.detail}", file=sys.stderr)
+    take_turns(workers, {r.variant: r for r in results}, opts)
+    baseline = next((r for r in results if r.status == "ok"), None)
+    for r in results:
         if r.status == "ok" and baseline is not None:
             r.vs_first = r.p50_ms / baseline.p50_ms
-    return rows
+    return results
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -639,7 +720,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--round-time", type=float, default=0.5)
     parser.add_argument("--min-calls", type=int, default=20, help="updates per variant at least, over all rounds")
-    parser.add_argument("--ddp-timeout", type=float, default=1800, help="seconds before the DDP processes are stopped")
+    parser.add_argument("--variant-timeout", type=float, default=1800,
+                        help="seconds a variant's process may take to answer (its compilation, a round)")
     parser.add_argument("--backend", default="inductor", help="torch.compile's backend (the smoke test: aot_eager)")
     parser.add_argument("--out", type=Path, default=Path("results/compile_scope"))
     opts = parser.parse_args()
@@ -657,6 +739,7 @@ def main():
     torch._dynamo.config.trace_autograd_ops = True  # as the scripts (the scope question also times it off)
     torch._functorch.config.recompute_views = True
     torch._inductor.config.fx_graph_cache = False  # every variant compiles from scratch: a first run's compile time
+    torch._functorch.config.enable_autograd_cache = False
     rows = []
     for q in questions:
         for w in workloads:

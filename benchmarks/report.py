@@ -6,7 +6,8 @@
 Every TensorBoard run folder found under the given folder counts (a folder holding
 `events.out.tfevents.*` files). A run's algorithm and mode come from the
 hyperparameters it logged: the script (`exp_name`, the eager twin's name without
-`_torchcompile`), `compile` and `cudagraphs`. Per algorithm and mode the table gives:
+`_torchcompile` or `_jax`), `compile` and `cudagraphs`; a JAX twin's runs are the mode
+"jax". Per algorithm and mode the table gives:
 
 - fps: `charts/SPS`, the last value a run logged (the average over its whole
   measured window, after the warm-up), median over seeds with min-max;
@@ -15,16 +16,20 @@ hyperparameters it logged: the script (`exp_name`, the eager twin's name without
   (N = 5, or the preset's `last_episodes`); mean ± sample std over seeds, and each seed's;
 - with a preset (`preset.json` beside the runs, written by `run.sh --preset`):
   how many runs reached the pair's learning threshold (a run that did not is
-  flagged), and the median wall-clock time at which the mean of the last N
-  episodes first reached it; the preset's pairs with no runs are listed;
-- wall-clock: a run's time from its first to its last log, median;
+  flagged), and the median time, from the run's start, at which the mean of the
+  last N episodes first reached it; the preset's pairs with no runs are listed;
+- wall-clock: a run's time from its start to its last log, median.
+
+A run's start is its `charts/start` point, logged when the script's main() begins,
+so that set-up and compilation count (runs that predate it start at their first log).
 - warm-up: `charts/warmup_time` (compilation, CUDA-graph capture; for the eager
   script the same window, so the difference is what compiling costs), median.
 
 The headline plot is the return against wall-clock time: one panel per pair, the
 median over seeds with the min-max band, one colour per mode. Every figure names
 the command (`command.txt`, written by run.sh) and the hardware. Runs that logged
-no fps (stopped early, failed) are listed apart, as are the failures `run.sh`
+no fps (stopped early, failed) are listed apart and left out of the table and the
+plots, as are the failures `run.sh`
 recorded (`*.failed` files beside the runs) and the runs it started that have not
 finished (no `done` marker: still running, or stopped), which the table leaves out.
 """
@@ -43,13 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.events import RunLog, read_run  # noqa: E402
 from benchmarks.presets import PAIRS  # noqa: E402
 
-MODES = ["eager", "none", "compile", "cudagraphs", "compile+cudagraphs"]
+MODES = ["eager", "none", "compile", "cudagraphs", "compile+cudagraphs", "jax"]
 MODE_LABELS = {
     "eager": "eager script",
     "none": "optimized, no flag",
     "compile": "--compile",
     "cudagraphs": "--cudagraphs",
     "compile+cudagraphs": "--compile --cudagraphs",
+    "jax": "JAX twin",
 }
 LAST_EPISODES = 5  # without a preset
 
@@ -79,14 +85,16 @@ class Run:
 
     @property
     def start(self) -> float:
-        return min(w for points in self.log.scalars.values() for _, w, _ in points)
+        """The wall time of the run's start: its `charts/start` point, else (an older run) its first log."""
+        marker = self.log.scalars.get("charts/start")
+        return marker[0][1] if marker else min(w for points in self.log.scalars.values() for _, w, _ in points)
 
     @property
     def wall_clock(self) -> float:
         return max(w for points in self.log.scalars.values() for _, w, _ in points) - self.start
 
     def time_to(self, threshold: float, last: int) -> float | None:
-        """Seconds from the run's first log until the mean of its last `last` episodes first reached
+        """Seconds from the run's start until the mean of its last `last` episodes first reached
         `threshold`; None if it never did."""
         points = self.log.scalars.get("charts/episodic_return", [])
         for i in range(len(points)):
@@ -97,6 +105,8 @@ class Run:
 
 
 def mode_of(hparams: dict[str, str]) -> str:
+    if hparams.get("exp_name", "").endswith("_jax"):
+        return "jax"
     if not hparams.get("exp_name", "").endswith("_torchcompile"):
         return "eager"
     flags = [f for f in ("compile", "cudagraphs") if hparams.get(f) == "True"]
@@ -123,7 +133,7 @@ def find_runs(root: Path) -> tuple[list[Run], list[Path]]:
         if "exp_name" not in log.hparams:
             unreadable.append(run_dir)
             continue
-        algo = log.hparams["exp_name"].removesuffix("_torchcompile")
+        algo = log.hparams["exp_name"].removesuffix("_torchcompile").removesuffix("_jax")
         runs.append(Run(run_dir, algo, mode_of(log.hparams), log.hparams.get("env_id", "?"),
                         log.hparams.get("seed", "?"), log))
     return runs, unreadable
@@ -231,13 +241,16 @@ def build(root: Path, out: Path) -> Path:
         lines += ["No CUDA device: the `--cudagraphs` modes were not run (on a CPU they fall back to "
                   "the modes without it).", ""]
     lines += ["fps: `charts/SPS` after the warm-up, median over seeds. Final return: the mean of each run's last "
-              f"{last} episodes, mean ± sample std over seeds, then each seed's. Wall-clock: a run's time from its first to its last log. "
+              f"{last} episodes, mean ± sample std over seeds, then each seed's. Wall-clock: a run's time from its start "
+              "(`charts/start`, when its main() began: set-up and compilation count) to its last log. "
               "Warm-up: seconds before the fps window (compilation; for the eager script the same window).", ""]
     by_algo = defaultdict(list)
     for r in runs:
         by_algo[r.algo].append(r)
-    if any(r.sps is not None for r in runs):
-        plots = plot(by_algo, out, f"{command} | {hw.get('cpu', '?')}, {hw.get('cores', '?')} cores, GPU: "
+    measured = {algo: [r for r in rs if r.sps is not None] for algo, rs in by_algo.items()}
+    measured = {algo: rs for algo, rs in measured.items() if rs}  # the runs of the table: the plots draw them alone
+    if measured:
+        plots = plot(measured, out, f"{command} | {hw.get('cpu', '?')}, {hw.get('cores', '?')} cores, GPU: "
                                    f"{hw.get('gpu', 'none')}, torch {hw.get('torch', '?')}", last)
         lines += [f"![{p.stem}]({p.name})" for p in plots[:1]] + [""]
     else:
@@ -284,7 +297,7 @@ def plot(by_algo: dict[str, list[Run]], out: Path, caption: str, last: int) -> l
     import numpy as np
 
     algos = sorted(by_algo)
-    colors = {m: c for m, c in zip(MODES, ["tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red"])}
+    colors = {m: c for m, c in zip(MODES, ["tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"])}
     paths = []
 
     def finish(fig, title, name):
@@ -296,7 +309,7 @@ def plot(by_algo: dict[str, list[Run]], out: Path, caption: str, last: int) -> l
         plt.close(fig)
 
     # episodic return against wall-clock time (the headline) and against steps
-    for xaxis, name, label in [("time", "return_vs_time.png", "wall-clock time (s, from the run's first log)"),
+    for xaxis, name, label in [("time", "return_vs_time.png", "wall-clock time (s, from the run's start)"),
                                ("step", "return_vs_steps.png", "environment steps")]:
         fig, axes = plt.subplots(1, len(algos), figsize=(max(6.0, 3.6 * len(algos) + 1), 3.9), squeeze=False)
         for ax, algo in zip(axes[0], algos):

@@ -22,9 +22,12 @@ Breakout-v5); `random` sends random states, as PyTorch's benchmark does.
 
 Metrics, as PyTorch's benchmark defines them, at p50/p75/p90/p95 over all steps of all episodes after
 `--warmup-episodes` (compilation, first calls): agent latency, from the first request of a batch to its
-actions (without batching: one request's forward pass); agent throughput, the batch size over that
-latency; observer latency, one request's round trip as the observer sees it; observer throughput, one
-over that latency. Writes report.json, report.md and metrics.png into --out.
+actions (batched, this includes waiting for the other observers' requests; without batching it is one
+request's policy call); agent throughput, the batch size over that latency; observer latency, one
+request's round trip as the observer sees it; observer throughput, one over that latency. Two more
+split the agent latency: policy time, the policy call alone (the forward pass and the actions' copy to
+the host), and waiting for the batch, from the first request of a batch to the last one's arrival (0
+without batching). Writes report.json, report.md and metrics.png into --out.
 
 torch.distributed.rpc is in maintenance mode upstream (kept working, no new features): fine for a
 single-machine serving study, not a foundation for new distributed systems.
@@ -52,6 +55,8 @@ from benchmarks.common import load_script  # noqa: E402
 
 PERCENTILES = (50, 75, 90, 95)
 METRICS = ("agent latency (seconds)", "agent throughput", "observer latency (seconds)", "observer throughput")
+# ours, splitting the agent latency: the policy call alone, and the wait for the batch's last request
+SPLIT = ("policy time (seconds)", "waiting for the batch (seconds)")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -130,7 +135,15 @@ class Server:
         self.act, self.observers = act, observers
         self.states = torch.zeros((observers, *shape), dtype=dtype, device=self.device)
         self.lock, self.pending, self.future, self.batch_start = threading.Lock(), 0, torch.futures.Future(), None
-        self.latencies, self.throughputs = [], []
+        self.latencies, self.throughputs, self.policy_times, self.waits, self.sizes = [], [], [], [], []
+
+    def record(self, start: float, called: float, done: float, size: int) -> None:
+        """One policy call on `size` states from `called` to `done`, its first request at `start` (under the lock)."""
+        self.latencies.append(done - start)
+        self.throughputs.append(size / (done - start))
+        self.policy_times.append(done - called)
+        self.waits.append(called - start)
+        self.sizes.append(size)
 
     def request(self, index: int, state: torch.Tensor) -> torch.futures.Future:
         """Batched: store the state; the last request of the batch runs the policy and completes every
@@ -142,26 +155,29 @@ class Server:
             mine = self.future.then(lambda fut: fut.wait()[index])
             self.pending += 1
             if self.pending == self.observers:
+                called = time.perf_counter()
                 actions = self.act(self.states).cpu()
-                done, self.future, self.pending = self.future, torch.futures.Future(), 0
-                latency = time.perf_counter() - self.batch_start
-                self.latencies.append(latency)
-                self.throughputs.append(self.observers / latency)
-                done.set_result(actions)
+                self.record(self.batch_start, called, time.perf_counter(), self.observers)
+                answered, self.future, self.pending = self.future, torch.futures.Future(), 0
+                answered.set_result(actions)
         return mine
 
     def act_one(self, state: torch.Tensor) -> torch.Tensor:
         start = time.perf_counter()
         action = self.act(state.to(self.device)[None]).cpu()[0]
-        latency = time.perf_counter() - start
+        done = time.perf_counter()
         with self.lock:
-            self.latencies.append(latency)
-            self.throughputs.append(1 / latency)
+            self.record(start, start, done, 1)
         return action
 
-    def take_metrics(self):
+    def take_metrics(self) -> dict[str, list]:
+        """What was recorded since the last call, by name: per policy call, the agent latency and throughput,
+        the policy time, the wait, and the number of states."""
         with self.lock:
-            metrics, self.latencies, self.throughputs = (self.latencies, self.throughputs), [], []
+            names = ("latencies", "throughputs", "policy_times", "waits", "sizes")
+            metrics = {name: getattr(self, name) for name in names}
+            for name in names:
+                setattr(self, name, [])
         return metrics
 
 
@@ -227,19 +243,21 @@ def coordinate(opts, config, observers: int):
     obs_rrefs = [rpc.remote(f"observer{i}", Observer, args=(i, opts.policy_name, opts.observer_env, config["batch"],
                                                               opts.crash_observer_at if i == 0 else 0, opts.seed))
                  for i in range(observers)]
-    agent_lat, agent_tp, obs_lat = [], [], []
+    agent, obs_lat = {}, []
     for episode in range(opts.warmup_episodes + opts.episodes):
         futures = [rpc.rpc_async(o.owner(), observer_episode, args=(o, server, opts.steps)) for o in obs_rrefs]
         latencies = torch.futures.wait_all(futures)
-        lat, tp = rpc.rpc_sync("agent", take_metrics, args=(server,))
+        recorded = rpc.rpc_sync("agent", take_metrics, args=(server,))
         if episode >= opts.warmup_episodes:
-            agent_lat += lat
-            agent_tp += tp
+            for name, values in recorded.items():
+                agent.setdefault(name, []).extend(values)
             obs_lat += [t for one in latencies for t in one]
-    return {"agent latency (seconds)": percentiles(agent_lat), "agent throughput": percentiles(agent_tp),
+    return {"agent latency (seconds)": percentiles(agent["latencies"]), "agent throughput": percentiles(agent["throughputs"]),
             "observer latency (seconds)": percentiles(obs_lat),
             "observer throughput": percentiles([1 / t for t in obs_lat]),
-            "requests": len(obs_lat), "batches": len(agent_lat)}
+            "policy time (seconds)": percentiles(agent["policy_times"]),
+            "waiting for the batch (seconds)": percentiles(agent["waits"]),
+            "requests": len(obs_lat), "batches": len(agent["latencies"]), "batch sizes": sorted(set(agent["sizes"]))}
 
 
 def worker(rank, world_size, port, opts, config, queue):
@@ -303,12 +321,12 @@ def config_name(config) -> str:
 
 
 def table(results: list[dict]) -> str:
-    head = ["| world size | batch | compile | " + " | ".join(f"{m} p{p}" for m in METRICS for p in PERCENTILES) + " |",
-            "|---|---|---|" + "---|" * (len(METRICS) * len(PERCENTILES))]
+    head = ["| world size | batch | compile | " + " | ".join(f"{m} p{p}" for m in METRICS + SPLIT for p in PERCENTILES)
+            + " |", "|---|---|---|" + "---|" * (len(METRICS + SPLIT) * len(PERCENTILES))]
     rows = []
     for r in results:
         cells = []
-        for m in METRICS:
+        for m in METRICS + SPLIT:
             for p in PERCENTILES:
                 v = r["metrics"][m][f"p{p}"]
                 cells.append(f"{v * 1e3:.3f} ms" if "latency" in m else f"{v:.0f}")

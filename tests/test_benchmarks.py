@@ -58,23 +58,28 @@ def test_inference_benchmark(tmp_path):
 
 
 def test_compile_scope_benchmark(tmp_path):
-    """Every question's variants at a tiny size: continuous PPO's update on batches of 4, compiled with
-    aot_eager (a second per variant; the full benchmark uses inductor). Every variant's loss and gradients
-    match eager's, the table has every row, and the DDP question's 2 processes (gloo, loopback) end by
-    themselves within their timeout."""
-    bench("benchmarks/compile_scope.py", "--workloads", "ppo_mlp", "--batch", "4", "--backend", "aot_eager",
-          "--rounds", "1", "--min-calls", "2", "--round-time", "0.01", "--ddp-timeout", "300", "--out", str(tmp_path),
-          timeout=600)
+    """Every question's variants at a tiny size: SAC's critic update on batches of 4 (its scope table has the
+    variants that patch dynamo's settings), compiled with aot_eager (seconds per variant; the study uses
+    inductor). Every variant ran, its loss and gradients match eager's, each compiled variant compiled a
+    graph of its own at its first call (a variant handed another's graph, as when all ran in one process,
+    compiles none), and none compiled while it was timed (the benchmark stops if one does); the DDP
+    question's processes end by themselves within their timeout."""
+    bench("benchmarks/compile_scope.py", "--workloads", "sac_critic", "--batch", "4", "--backend", "aot_eager",
+          "--rounds", "2", "--min-calls", "4", "--round-time", "0.01", "--variant-timeout", "300", "--out", str(tmp_path),
+          timeout=900)
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
     variants = {(r["question"], r["variant"]): r for r in rows}
     assert {v for q, v in variants if q == "ddp"} == set(DDP_VARIANTS)
     assert {q for q, _ in variants} == {"scope", "amp", "device", "ddp"}
     for (question, name), r in variants.items():
-        if "CUDA" in r["detail"]:
-            assert r["status"] == "not measured", r
+        if "CUDA" in r["detail"] or name == "the networks: torch.compile(module)":  # the latter fails on SAC's critic
+            assert r["status"] == ("not measured" if "CUDA" in r["detail"] else "failed"), r
             continue
-        assert r["status"] == "ok" and r["calls"] >= 2, r
+        assert r["status"] == "ok" and r["calls"] >= 4, r
         assert r["matches_eager"].startswith(("yes", "not compared")), r
+        compiled = question != "scope" or name.strip().startswith(("the loss", "loss +", "same", "whole step"))
+        if compiled and name not in ("no DDP (each process alone)", "eager DDP (the reference)"):
+            assert r["graphs"] >= 1, f"{name}: compiled no graph of its own"
     table = (tmp_path / "results.md").read_text()
     assert all(f"| {name} |" in table for _, name in variants)
 

@@ -14,19 +14,23 @@ from benchmarks.presets import read as read_presets
 
 
 def fake_run(root, exp_name, seed, sps=(), returns=(), warmup=None, compile=False, cudagraphs=False,
-             env_id="HalfCheetah-v4"):
-    """A run folder as the scripts write it: the hyperparameter table, then scalars."""
+             env_id="HalfCheetah-v4", started=None, t0=1000.0):
+    """A run folder as the scripts write it: the hyperparameter table, then scalars at known wall times:
+    `charts/start` at `started` (if given), the warm-up at t0 + 5, the i-th episode at t0 + 10 (i + 1), then
+    each fps value 10 s after the last episode."""
     writer = SummaryWriter(str(root / "runs" / f"{env_id}__{exp_name}__{seed}__{compile:d}{cudagraphs:d}"))
     params = {"exp_name": exp_name, "seed": seed, "env_id": env_id}
     if exp_name.endswith("_torchcompile"):
         params |= {"compile": compile, "cudagraphs": cudagraphs}
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(f"|{k}|{v}|" for k, v in params.items()))
+    if started is not None:
+        writer.add_scalar("charts/start", 0, 0, walltime=started)
     for i, r in enumerate(returns):
-        writer.add_scalar("charts/episodic_return", r, 1000 * (i + 1))
+        writer.add_scalar("charts/episodic_return", r, 1000 * (i + 1), walltime=t0 + 10 * (i + 1))
     if warmup is not None:
-        writer.add_scalar("charts/warmup_time", warmup, 100)
+        writer.add_scalar("charts/warmup_time", warmup, 100, walltime=t0 + 5)
     for i, s in enumerate(sps):
-        writer.add_scalar("charts/SPS", s, 200 * (i + 1))
+        writer.add_scalar("charts/SPS", s, 200 * (i + 1), walltime=t0 + 10 * (len(returns) + i + 1))
     writer.close()
 
 
@@ -56,6 +60,24 @@ def test_table_values_from_known_runs(tmp_path):
         assert (tmp_path / png).stat().st_size > 1000
 
 
+def test_time_to_threshold_and_wall_clock_count_from_the_run_s_start(tmp_path):
+    """DQN under the cpu preset (threshold 200 over the last 10 episodes): 10 episodes of 20, then 10 of 300,
+    one every 10 s from t0 + 10 s. The mean of the last 10 first reaches 200 at the 17th episode (7 x 300 +
+    3 x 20 = 2160), logged at t0 + 170 s; the last log (fps) is at t0 + 210 s. A run that logged its start
+    (`charts/start`) 30 s before t0, as a compiling one would, counts from there: 200 and 240 s; a run without
+    the marker (older runs) counts from its first log, the warm-up at t0 + 5 s: 165 and 205 s."""
+    from benchmarks.presets import load
+
+    (tmp_path / "preset.json").write_text(json.dumps(load("cpu")))
+    returns = [20.0] * 10 + [300.0] * 10
+    fake_run(tmp_path, "dqn", 1, sps=[3000], returns=returns, warmup=0.1)
+    fake_run(tmp_path, "dqn_torchcompile", 1, sps=[4000], returns=returns, warmup=3.0, compile=True, started=970.0)
+    rows = {line.split(" | ")[0]: line for line in report.build(tmp_path, tmp_path).read_text().splitlines()
+            if line.startswith("| ")}
+    assert rows["| eager script"].endswith("| 1/1 | 165 | 205 | 0.1 |"), rows["| eager script"]
+    assert rows["| --compile"].endswith("| 1/1 | 200 | 240 | 3.0 |"), rows["| --compile"]
+
+
 def test_unfinished_run_sh_runs_are_left_out(tmp_path):
     """A run in run.sh's layout without its `done` marker (still going, or stopped) is listed, not
     tabled: its curve ends early and would pass for a finished seed."""
@@ -69,15 +91,21 @@ def test_unfinished_run_sh_runs_are_left_out(tmp_path):
     assert "runs/sac_continuous_action/eager/seed2/runs/" in incomplete and "unfinished" in incomplete
 
 
-def test_partial_failed_and_foreign_runs_are_reported(tmp_path):
+def test_partial_failed_and_foreign_runs_are_reported(tmp_path, monkeypatch):
+    """A run that logged no fps is listed apart and left out of the table and of the plots (its curve
+    would also cut short the plots' common time grid)."""
     fake_run(tmp_path, EAGER, 1, sps=[50], returns=[1, 2])
     fake_run(tmp_path, FAST, 1, returns=[1, 2])  # stopped before its fps window
     (tmp_path / "runs" / "x.failed").write_text("sac_continuous_action_torchcompile (mode compile, seed 1) failed\n")
     writer = SummaryWriter(str(tmp_path / "runs" / "someone_elses_run"))
     writer.add_scalar("loss", 1.0, 0)
     writer.close()
+    drawn = []
+    plot = report.plot
+    monkeypatch.setattr(report, "plot", lambda by_algo, *args: drawn.append(by_algo) or plot(by_algo, *args))
     text = report.build(tmp_path, tmp_path / "out").read_text()
     assert "| eager script | 1 | 50.0 |" in text and "optimized, no flag |" not in text
+    assert [(algo, [r.mode for r in runs]) for algo, runs in drawn[0].items()] == [(EAGER, ["eager"])]
     failures = text.split("## Failed or incomplete runs")[1]
     assert "sac_continuous_action none seed 1: no fps logged" in failures
     assert "(mode compile, seed 1) failed" in failures

@@ -18,9 +18,10 @@ def serve(*args, timeout=600):
 
 
 def test_a_small_world_batched_and_not_eager_and_compiled(tmp_path):
-    """2 observers, every combination of batching and compilation: the report holds every metric at
-    every percentile, as many requests as observers x episodes x steps, and one batch per step when
-    batched."""
+    """2 observers, every combination of batching and compilation: the report holds every metric at every
+    percentile; as many requests as observers x episodes x steps; batched, one policy call on the states of
+    both observers per step, and one call per request otherwise; the policy call never takes longer than the
+    agent latency it is part of, and the wait for the batch is the rest of it (none without batching)."""
     proc = serve("--world-size", "4", "--batch", "true,false", "--compile", "false,true", "--episodes", "2",
                  "--steps", "5", "--rpc-timeout", "60", "--timeout", "300", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -28,12 +29,20 @@ def test_a_small_world_batched_and_not_eager_and_compiled(tmp_path):
     results = report["benchmark_results"]
     assert {(r["batch"], r["compile"]) for r in results} == {(True, True), (True, False), (False, True), (False, False)}
     for r in results:
-        assert set(r["metrics"]) >= set(rpc_serving.METRICS)
-        for metric in rpc_serving.METRICS:
-            values = [r["metrics"][metric][f"p{p}"] for p in rpc_serving.PERCENTILES]
-            assert all(v > 0 for v in values) and values == sorted(values), (metric, values)
-        assert r["metrics"]["requests"] == 2 * 2 * 5
-        assert r["metrics"]["batches"] == (2 * 5 if r["batch"] else 2 * 2 * 5)
+        metrics = r["metrics"]
+        assert metrics["requests"] == 2 * 2 * 5
+        assert metrics["batches"] == (2 * 5 if r["batch"] else 2 * 2 * 5)
+        assert metrics["batch sizes"] == ([2] if r["batch"] else [1])
+        at = lambda name: [metrics[name][f"p{p}"] for p in rpc_serving.PERCENTILES]  # noqa: E731
+        for metric in rpc_serving.METRICS + rpc_serving.SPLIT:
+            assert all(v >= 0 for v in at(metric)), (metric, metrics[metric])
+        # each call's policy time is part of its agent latency: so is every percentile
+        assert all(p <= a for p, a in zip(at("policy time (seconds)"), at("agent latency (seconds)")))
+        if r["batch"]:
+            assert at("waiting for the batch (seconds)")[-1] > 0
+        else:
+            assert at("waiting for the batch (seconds)") == [0.0] * len(rpc_serving.PERCENTILES)
+            assert at("policy time (seconds)") == at("agent latency (seconds)")
     assert "x_axis_name : world_size" in proc.stdout and (tmp_path / "metrics.png").exists()
 
 
@@ -52,7 +61,7 @@ def test_batched_serving_acts_as_one_forward_pass_per_request(policy):
         futures.append((i, server.request(i, states[i])))
     for i, future in futures:
         torch.testing.assert_close(future.wait(), server.act_one(states[i]), rtol=1e-5, atol=1e-6)
-    assert len(server.take_metrics()[0]) == 1 + 3  # one batch, then three single requests
+    assert server.take_metrics()["sizes"] == [3, 1, 1, 1]  # one policy call on the 3 states, then one per request
 
 
 def test_an_observer_that_dies_ends_the_run_with_an_error(tmp_path):
