@@ -1,5 +1,8 @@
 """What the benchmarks (and the tests) share: the scripts of leanrl/ as modules, and one timing helper."""
 
+import json
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -50,3 +53,55 @@ def interleaved(arms: dict, rounds: int, round_time: float = 0.2, min_calls: int
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile (0-100) of `values`, by linear interpolation (numpy's default)."""
     return float(np.percentile(values, q))
+
+
+def dynamo_counts() -> tuple[int, int]:
+    """Dynamo's counts so far in this process: graphs compiled, graph breaks."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+
+
+class NoCompiling:
+    """A context in which compiled functions must run the graphs they compiled before: recompiling is an
+    error (dynamo's error_on_recompile), and so is any first compilation (checked on dynamo's counts when
+    the context ends, or with `check()`). For timings that must be those of graphs compiled earlier."""
+
+    def __enter__(self):
+        self.graphs = dynamo_counts()[0]
+        self.patch = torch._dynamo.config.patch(error_on_recompile=True)
+        self.patch.__enter__()
+        return self
+
+    def check(self) -> None:
+        if (new := dynamo_counts()[0] - self.graphs) > 0:
+            raise RuntimeError(f"{new} graphs compiled while timing: these times are not those of the graphs "
+                               "compiled before")
+
+    def __exit__(self, kind, value, tb):
+        self.patch.__exit__(kind, value, tb)
+        if kind is None:
+            self.check()
+
+
+def command_line() -> str:
+    """The command that is running, as it would be typed from the repository root."""
+    script = Path(sys.argv[0]).resolve()
+    name = str(script.relative_to(REPO)) if script.is_relative_to(REPO) else sys.argv[0]
+    return "python " + shlex.join([name, *sys.argv[1:]])
+
+
+def write_results(out: Path | None, text: str, data: dict) -> None:
+    """Print a benchmark's result (`text`, markdown); with `out`, also write it to out/results.md and `data`
+    to out/results.json, each under the command that made them and the machine they ran on: the committed
+    file that a figure in docs/ points to."""
+    print(text)
+    if out is None:
+        return
+    from benchmarks.report import describe_machine
+
+    machine, command = describe_machine(), command_line()
+    out.mkdir(parents=True, exist_ok=True)
+    header = f"Command: `{command}`\n\nMachine: " + ", ".join(f"{k} {v}" for k, v in machine.items())
+    (out / "results.md").write_text(f"{header}\n\n{text.strip()}\n")
+    (out / "results.json").write_text(json.dumps({"command": command, "machine": machine, **data}, indent=1))

@@ -37,12 +37,10 @@ reported "not measured" without it. Writes results.json, results.md and scope.pn
 
 import argparse
 import contextlib
-import copy
 import json
 import math
 import os
 import socket
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -53,7 +51,7 @@ import torch.nn as nn
 from tensordict import from_modules
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import device_sync, load_script, percentile, time_calls  # noqa: E402
+from benchmarks.common import NoCompiling, device_sync, dynamo_counts, load_script, percentile, time_calls  # noqa: E402
 from benchmarks.report import describe_machine  # noqa: E402
 
 WORKLOADS = ["sac_critic", "ppo_mlp", "ppo_atari"]
@@ -260,22 +258,15 @@ def fresh(workload, device, seed=0, batch=None):
     return build(workload, device, batch)
 
 
-def counters() -> tuple[int, int]:
-    """Dynamo's counts so far in this process: graphs compiled, graph breaks."""
-    from torch._dynamo.utils import counters as c
-
-    return c["stats"]["unique_graphs"], sum(c["graph_break"].values())
-
-
 def check(update, params, batch, reference, dtype) -> tuple[str, float, int, int]:
     """Run the first update (it compiles), compare its loss and gradients with eager's; the graphs and
     graph breaks are those this first call made."""
-    graphs0, breaks0 = counters()
+    graphs0, breaks0 = dynamo_counts()
     torch.manual_seed(1)  # the same random draws as the reference (SAC samples next actions)
     start = time.perf_counter()
     loss = update(*batch)
     compile_s = time.perf_counter() - start
-    graphs, breaks = counters()
+    graphs, breaks = dynamo_counts()
     graphs, breaks = graphs - graphs0, breaks - breaks0
     ref_loss, ref_grads = reference
     tol = TOLERANCE[dtype]
@@ -349,8 +340,8 @@ def serve(conn, checked, call, sync, before_round=lambda: None) -> None:
     """A variant's process, after its check: time `call` when asked, with recompilation an error
     (`before_round`: the DDP ranks meet before each round, so that they start it together)."""
     conn.send(("ok", *checked))
-    graphs, per_round = counters()[0], 1
-    with torch._dynamo.config.patch(error_on_recompile=True):
+    per_round = 1
+    with NoCompiling() as no_compiling:
         while (message := conn.recv())[0] != "stop":
             before_round()
             if message[0] == "calibrate":
@@ -360,9 +351,7 @@ def serve(conn, checked, call, sync, before_round=lambda: None) -> None:
                 conn.send(per_round)
             else:
                 times = time_calls(call, per_round, sync)
-                if counters()[0] != graphs:
-                    raise RuntimeError(f"{counters()[0] - graphs} graphs compiled while timing: these times are "
-                                       "not those of the variant's graph")
+                no_compiling.check()
                 conn.send(times)
 
 
@@ -611,7 +600,7 @@ def ddp_rank(conn, rank, world, port, workload, device_type, opts, name):
             torch.manual_seed(1)
             start = time.perf_counter()
             update(*batch)
-            checked = ("not compared (no gradient averaging)", time.perf_counter() - start, *counters())
+            checked = ("not compared (no gradient averaging)", time.perf_counter() - start, *dynamo_counts())
         else:
             checked = check(update, params, batch, reference, "float32")
         if name.startswith(("compile(", "DDP(compile", "flat")) and checked[2] == 0:

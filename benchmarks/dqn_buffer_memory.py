@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import load_script  # noqa: E402
+from benchmarks.common import load_script, write_results  # noqa: E402
 
 
 def rss_bytes() -> int:
@@ -30,6 +30,7 @@ def main():
     parser.add_argument("--size", type=int, default=None, help="slots (default: the script's --buffer-size)")
     parser.add_argument("--script", default="dqn_atari_envpool", choices=["dqn_atari_envpool",
                                                                           "dqn_atari_envpool_torchcompile"])
+    parser.add_argument("--out", type=Path, default=None, help="also write results.md and results.json here")
     opts = parser.parse_args()
     module = load_script(opts.script)
     size = opts.size or module.Args.buffer_size
@@ -40,9 +41,10 @@ def main():
     for t in tensors:
         t.fill_(1)  # every page resident, as in a full buffer
     grown = rss_bytes() - before
-    print(f"| script | slots | bytes per slot | tensors allocated | resident memory growth, buffer full |\n"
-          f"|---|---|---|---|---|\n"
-          f"| {opts.script} | {size} | {allocated / size:.0f} | {allocated / 1e9:.2f} GB | {grown / 1e9:.2f} GB |")
+    write_results(opts.out, f"| script | slots | bytes per slot | tensors allocated | resident memory growth, buffer full |\n"
+                            f"|---|---|---|---|---|\n| {opts.script} | {size} | {allocated / size:.0f} | "
+                            f"{allocated / 1e9:.2f} GB | {grown / 1e9:.2f} GB |",
+                  {"script": opts.script, "slots": size, "allocated_bytes": allocated, "resident_growth_bytes": grown})
 
 
 if __name__ == "__main__":

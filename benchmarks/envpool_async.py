@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import load_script  # noqa: E402
+from benchmarks.common import load_script, write_results  # noqa: E402
 
 ATARI = load_script("ppo_atari_envpool_torchcompile")
 
@@ -68,6 +68,7 @@ def main():
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=2048, help="environment steps per measurement")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=None, help="also write results.md and results.json here")
     args = parser.parse_args()
     if args.num_envs < 2 or args.num_envs % 2:
         parser.error("--num-envs must be even and at least 2")
@@ -78,12 +79,13 @@ def main():
     for _ in range(args.rounds):  # alternate, so that the machine's drift falls on both
         results["sync (step all, then act)"].append(sync_rollout(args.env_id, args.num_envs, args.steps, net))
         results["async (two halves)"].append(async_rollout(args.env_id, args.num_envs, args.steps, net))
-    base = statistics.median(results["sync (step all, then act)"])
-    print(f"| rollout ({args.env_id}, {args.num_envs} envs, {torch.get_num_threads()} torch threads) "
-          "| median fps | min-max | ratio |\n|---|---|---|---|")
+    sync = results["sync (step all, then act)"]
+    lines = [f"| rollout ({args.env_id}, {args.num_envs} envs, {torch.get_num_threads()} torch threads) "
+             "| median fps | min-max | ratio to sync (median of the rounds' ratios) |", "|---|---|---|---|"]
     for name, values in results.items():
-        med = statistics.median(values)
-        print(f"| {name} | {med:.0f} | {min(values):.0f}-{max(values):.0f} | {med / base:.2f}x |")
+        ratio = statistics.median(v / s for v, s in zip(values, sync))
+        lines.append(f"| {name} | {statistics.median(values):.0f} | {min(values):.0f}-{max(values):.0f} | {ratio:.2f}x |")
+    write_results(args.out, "\n".join(lines), {"fps": results})
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ from tensordict import from_module
 from tensordict.nn import CudaGraphModule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import device_sync, interleaved, load_script, percentile  # noqa: E402
+from benchmarks.common import NoCompiling, device_sync, dynamo_counts, interleaved, load_script, percentile  # noqa: E402
 from benchmarks.report import describe_machine  # noqa: E402
 
 MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
@@ -151,6 +151,7 @@ class Row:
     status: str = "ok"
     error: str = ""
     compile_s: float = math.nan
+    graphs: int = 0
     matches_eager: str = ""
     calls: int = 0
     p50_ms: float = math.nan
@@ -191,6 +192,9 @@ def compare(out, ref, policy: Policy, backend: str, device: torch.device, dtype:
 
 
 def run_config(name: str, batch: int, dtype: str, arms, device, opts) -> list[Row]:
+    """The arms of one configuration. Each compiles its own graph at its first call (dynamo guards on the
+    backend and mode, so arms compiling the same function do not share a graph): an arm that compiles
+    with dynamo and made no graph fails, and so does the timing if any arm compiles during it."""
     torch._dynamo.reset()  # each configuration compiles afresh: its compile time is its own
     policy = build(name, batch, device)
     sync = device_sync(device)
@@ -217,10 +221,12 @@ def run_config(name: str, batch: int, dtype: str, arms, device, opts) -> list[Ro
         rows.append(row)
         try:
             fn = under_dtype(make_arm(policy, backend, mode, device))
-            start = time.perf_counter()
+            graphs, start = dynamo_counts()[0], time.perf_counter()
             fn()
             sync()
-            row.compile_s = time.perf_counter() - start
+            row.compile_s, row.graphs = time.perf_counter() - start, dynamo_counts()[0] - graphs
+            if row.graphs == 0 and backend not in ("eager", "CudaGraphModule"):
+                raise RuntimeError("its first call compiled no graph")
             for _ in range(3):  # warm-up: allocator, recompiles on a second call, CUDA-graph capture
                 fn()
             sync()
@@ -229,8 +235,9 @@ def run_config(name: str, batch: int, dtype: str, arms, device, opts) -> list[Ro
         except Exception as err:  # a failing arm is a row, not a crash
             row.status, row.error = "failed", one_line(err)
             print(f"  {row.arm}: failed: {row.error}", file=sys.stderr)
-    times = interleaved({arm: fn for arm, (_, fn) in runnable.items()}, opts.rounds, opts.round_time,
-                        min_calls=max(1, opts.min_calls // opts.rounds), sync=sync)
+    with NoCompiling():
+        times = interleaved({arm: fn for arm, (_, fn) in runnable.items()}, opts.rounds, opts.round_time,
+                            min_calls=max(1, opts.min_calls // opts.rounds), sync=sync)
     for arm, (row, _) in runnable.items():
         ts = times[arm]
         row.times, row.calls = ts, len(ts)
@@ -347,6 +354,10 @@ def main() -> None:
     # caches, so that the compile times are a first run's
     torch._inductor.config.fx_graph_cache = False
     torch._inductor.config.autotune_local_cache = False
+    torch._functorch.config.enable_autograd_cache = False
+    # the arms of a configuration compile the same function, one graph each, all kept for the timing: room
+    # for all of them (past dynamo's default of 8 per function, a compile falls back to eager for good)
+    torch._dynamo.config.recompile_limit = 64
 
     rows = []
     for name in policies:

@@ -7,7 +7,7 @@ For each number of ranks and each mode (the eager multi-process script, the opti
 --compile), the script runs under torchrun on loopback with `--num-envs` envs per rank, and its
 `charts/SPS` (the steps of all ranks per second, after the warm-up) is read back; the configurations
 take turns for `--rounds` rounds and the table gives the median. Scaling efficiency: fps with N ranks
-over N times fps with one rank, for the same mode.
+over N times fps with one rank, for the same mode (so --ranks must include 1 for it).
 
 Then the three candidates for what bounds the scaling, each measured alone with the same processes:
 - the environments: envpool's Breakout stepped with random actions, one process per rank at once;
@@ -29,7 +29,7 @@ import torch
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import load_script  # noqa: E402
+from benchmarks.common import load_script, write_results  # noqa: E402
 from benchmarks.events import read_scalars  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -132,6 +132,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--env-steps", type=int, default=256, help="steps of the environments-alone measurement")
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--out", type=Path, default=None, help="also write results.md and results.json here")
     opts = parser.parse_args()
     ranks = [int(r) for r in opts.ranks.split(",")]
     modes = [m for m in opts.modes.split(",") if m]
@@ -146,17 +147,21 @@ def main():
             for m in modes:
                 fps[r, m].append(run(r, m, opts))
                 print(f"round {rnd + 1}: {r} ranks, {m}: {fps[r, m][-1]:.0f} fps", file=sys.stderr)
-    print(f"\n{opts.rounds} rounds, {opts.env_id}, {opts.num_envs} envs per rank, {opts.iterations} iterations per run")
-    print("| ranks | mode | fps, all ranks (median) | min-max | scaling efficiency |\n|---|---|---|---|---|")
+    lines = [f"{opts.rounds} rounds, {opts.env_id}, {opts.num_envs} envs per rank, {opts.iterations} iterations per run",
+             "", "| ranks | mode | fps, all ranks (median) | min-max | scaling efficiency |", "|---|---|---|---|---|"]
     for m in modes:
-        base = statistics.median(fps[ranks[0], m]) / ranks[0]
+        one = statistics.median(fps[1, m]) if 1 in ranks else None  # efficiency: against 1 rank, when measured
         for r in ranks:
             med = statistics.median(fps[r, m])
-            print(f"| {r} | {m} | {med:.0f} | {min(fps[r, m]):.0f}-{max(fps[r, m]):.0f} | {med / (r * base):.2f} |")
-    print("\n| ranks | env steps/s, all ranks | all-reduce of the gradients (ms) | one minibatch update (ms) |\n|---|---|---|---|")
-    for r in ranks:
-        p = pieces(r, opts)
-        print(f"| {r} | {p['env steps/s (all ranks)']:.0f} | {p['all-reduce (ms)']:.1f} | {p['update (ms)']:.1f} |")
+            efficiency = "n/a (no 1-rank run)" if one is None else f"{med / (r * one):.2f}"
+            lines.append(f"| {r} | {m} | {med:.0f} | {min(fps[r, m]):.0f}-{max(fps[r, m]):.0f} | {efficiency} |")
+    lines += ["", "| ranks | env steps/s, all ranks | all-reduce of the gradients (ms) | one minibatch update (ms) |",
+              "|---|---|---|---|"]
+    alone = {r: pieces(r, opts) for r in ranks}
+    for r, p in alone.items():
+        lines.append(f"| {r} | {p['env steps/s (all ranks)']:.0f} | {p['all-reduce (ms)']:.1f} | {p['update (ms)']:.1f} |")
+    write_results(opts.out, "\n".join(lines), {"fps": {f"{r} {m}": v for (r, m), v in fps.items()},
+                                               "pieces": {str(r): p for r, p in alone.items()}})
 
 
 if __name__ == "__main__":

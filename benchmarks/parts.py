@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import interleaved, load_script  # noqa: E402
+from benchmarks.common import NoCompiling, interleaved, load_script, write_results  # noqa: E402
 
 BATCH = 256
 
@@ -88,6 +88,7 @@ def main():
     parser.add_argument("--round-time", type=float, default=0.2, help="seconds of calls per variant and round")
     parser.add_argument("--frames", type=int, default=BATCH, help="frames of the Atari forward and backward")
     parser.add_argument("--only", default="", help="time only the pieces whose title contains this")
+    parser.add_argument("--out", type=Path, default=None, help="also write results.md and results.json here")
     args = parser.parse_args()
     if args.rounds < 1 or args.round_time <= 0 or args.frames < 1:
         parser.error("--rounds and --frames must be at least 1, --round-time positive")
@@ -96,19 +97,20 @@ def main():
     todo = {k: v for k, v in pieces(args.frames).items() if args.only in k}
     if not todo:
         parser.error(f"no piece's title contains {args.only!r}")
+    lines, data = [], {}
     for title, variants in todo.items():
         for fn in variants.values():  # warm-up: compiles, allocator, oneDNN primitives
             for _ in range(3):
                 fn()
-        torch._dynamo.config.error_on_recompile = True  # a recompile inside the timing would be a bug here
-        times = interleaved(variants, args.rounds, args.round_time)
-        torch._dynamo.config.error_on_recompile = False
+        with NoCompiling():  # a compile inside the timing would time the compiler
+            times = interleaved(variants, args.rounds, args.round_time)
         first = statistics.median(next(iter(times.values())))
-        print(f"\n| {title} | median per call | min-max | vs first |\n|---|---|---|---|")
+        lines += ["", f"| {title} | median per call | min-max | vs first |", "|---|---|---|---|"]
         for name, ts in times.items():
             med = statistics.median(ts)
-            print(f"| {name} | {fmt(med)} | {fmt(min(ts))}-{fmt(max(ts))} | {med / first:.2f}x |")
-        sys.stdout.flush()
+            lines.append(f"| {name} | {fmt(med)} | {fmt(min(ts))}-{fmt(max(ts))} | {med / first:.2f}x |")
+        data[title] = times
+    write_results(args.out, "\n".join(lines), {"seconds per call": data})
 
 
 if __name__ == "__main__":

@@ -3,8 +3,11 @@
 Runs each configuration in turn, `--rounds` times interleaved (so that drift of a
 shared machine spreads over all of them), reads `charts/SPS` (the last value: the
 average over the whole window after the warm-up) and `charts/warmup_time` from each
-run's event file, and prints a table: median fps, min-max, ratio to the first
-configuration, median warm-up.
+run's event file, and prints a table: median fps, min-max, the ratio to the first
+configuration (the median over rounds of each round's ratio: both taken in the same round,
+so that the machine's drift between rounds cancels), each round's ratio, median warm-up.
+With --out, the table and every run's figures are also written there (results.md,
+results.json).
 
     python benchmarks/sps.py --rounds 3 --steps 7000 --args="--learning-starts 5000" \
         sac_continuous_action sac_continuous_action_torchcompile \
@@ -24,6 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from benchmarks.common import write_results  # noqa: E402
 from benchmarks.events import read_scalars  # noqa: E402
 
 
@@ -52,6 +56,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, required=True, help="--total-timesteps of each run")
     parser.add_argument("--env-id", default=None)
     parser.add_argument("--args", default="", help="flags passed to every run")
+    parser.add_argument("--out", type=Path, default=None, help="also write results.md and results.json here")
     opts = parser.parse_args()
 
     results: dict[str, list[dict]] = {c: [] for c in opts.configs}
@@ -62,15 +67,19 @@ def main() -> None:
                 results[config].append(r)
                 print(f"round {rnd + 1}: {config}: {r['sps']:.1f} fps, warm-up {r['warmup']:.1f} s", file=sys.stderr)
 
-    base = statistics.median(r["sps"] for r in results[opts.configs[0]])
-    print(f"\n{opts.rounds} interleaved rounds, {opts.steps} steps each, {opts.args or 'default flags'}")
-    print("| configuration | fps (median) | min-max | vs first | warm-up (s) |")
-    print("|---|---|---|---|---|")
+    lines = [f"{opts.rounds} interleaved rounds, {opts.steps} steps each, {opts.args or 'default flags'}"
+             + (f", --env-id {opts.env_id}" if opts.env_id else ""), "",
+             "| configuration | fps (median) | min-max | vs first (median of the rounds' ratios) | per round | "
+             "warm-up (s, median) |", "|---|---|---|---|---|---|"]
+    first = [r["sps"] for r in results[opts.configs[0]]]
     for config, rs in results.items():
         sps = [r["sps"] for r in rs]
-        med = statistics.median(sps)
+        ratios = [x / y for x, y in zip(sps, first)]  # each round against the first configuration's same round
         warm = statistics.median(r["warmup"] for r in rs)
-        print(f"| `{config}` | {med:.1f} | {min(sps):.1f}-{max(sps):.1f} | {med / base:.2f}x | {warm:.1f} |")
+        lines.append(f"| `{config}` | {statistics.median(sps):.1f} | {min(sps):.1f}-{max(sps):.1f} | "
+                     f"{statistics.median(ratios):.2f}x | {', '.join(f'{x:.2f}' for x in ratios)} | {warm:.1f} |")
+    write_results(opts.out, "\n".join(lines), {"rounds": opts.rounds, "steps": opts.steps, "env_id": opts.env_id,
+                                               "args": opts.args, "runs": results})
 
 
 if __name__ == "__main__":

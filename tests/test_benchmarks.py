@@ -2,6 +2,7 @@
 and prints the table it is read for, so that a refactor cannot silently break one."""
 
 import json
+import statistics
 import subprocess
 import sys
 
@@ -21,26 +22,39 @@ def table_rows(out: str) -> list[list[str]]:
             if line.startswith("|") and not line.startswith("|---")]
 
 
-def test_sps_benchmark():
-    out = bench("benchmarks/sps.py", "--rounds", "1", "--steps", "256", "--env-id", "Pendulum-v1",
-                "--args=--num-steps 64 --num-minibatches 2 --update-epochs 1",
+def test_sps_benchmark(tmp_path):
+    """Two configurations, two rounds: the table's fps is the median of what the runs logged, its ratio the
+    median of the rounds' ratios (each round's fps over the first configuration's in the same round), and
+    every run's logged fps and warm-up are in results.json."""
+    out = bench("benchmarks/sps.py", "--rounds", "2", "--steps", "256", "--env-id", "Pendulum-v1",
+                "--args=--num-steps 64 --num-minibatches 2 --update-epochs 1", "--out", str(tmp_path),
                 "ppo_continuous_action", "ppo_continuous_action_torchcompile")
     rows = table_rows(out)
     assert [r[0] for r in rows[1:]] == ["`ppo_continuous_action`", "`ppo_continuous_action_torchcompile`"], out
-    assert float(rows[1][1]) > 0 and rows[1][3] == "1.00x"
+    runs = json.loads((tmp_path / "results.json").read_text())["runs"]
+    eager, fast = ([r["sps"] for r in runs[c]] for c in ("ppo_continuous_action", "ppo_continuous_action_torchcompile"))
+    assert len(eager) == len(fast) == 2 and min(eager + fast) > 0
+    assert float(rows[2][1]) == round(statistics.median(fast), 1)
+    assert rows[2][3] == f"{statistics.median([f / e for f, e in zip(fast, eager)]):.2f}x"
+    assert rows[2][4] == ", ".join(f"{f / e:.2f}" for f, e in zip(fast, eager))
+    assert (tmp_path / "results.md").read_text().startswith("Command: `python benchmarks/sps.py --rounds 2")
 
 
-def test_envpool_async_benchmark():
-    rows = table_rows(bench("benchmarks/envpool_async.py", "--steps", "32", "--rounds", "1", "--num-envs", "2"))
+def test_envpool_async_benchmark(tmp_path):
+    out = bench("benchmarks/envpool_async.py", "--steps", "32", "--rounds", "2", "--num-envs", "2", "--out", str(tmp_path))
+    rows = table_rows(out)
     assert [r[0] for r in rows[1:]] == ["sync (step all, then act)", "async (two halves)"]
-    assert all(float(r[1]) > 0 for r in rows[1:])
+    fps = json.loads((tmp_path / "results.json").read_text())["fps"]
+    sync, both = fps["sync (step all, then act)"], fps["async (two halves)"]
+    assert float(rows[2][1]) == round(statistics.median(both)) and min(sync + both) > 0
+    assert rows[2][3] == f"{statistics.median([a / s for a, s in zip(both, sync)]):.2f}x"
 
 
 def test_inference_benchmark(tmp_path):
     """One tiny configuration per policy: eager, inductor, and a backend that does not exist. Every row
     has its fields; inductor's outputs equal eager's (same seed; on the CPU compiled code draws eager's
     random numbers); the failing arm is a row with its error, and the sweep goes on."""
-    bench("benchmarks/inference.py", "--batch-sizes", "2", "--arms", "eager,inductor default,no_such_backend",
+    bench("benchmarks/inference.py", "--batch-sizes", "2", "--dtypes", "float32", "--arms", "eager,inductor default,no_such_backend",
           "--extra-backends", "no_such_backend", "--rounds", "1", "--min-calls", "3", "--round-time", "0.01",
           "--out", str(tmp_path), timeout=1200)
     result = json.loads((tmp_path / "results.json").read_text())
@@ -51,8 +65,11 @@ def test_inference_benchmark(tmp_path):
         eager, compiled, broken = (rows[policy, arm] for arm in ("eager", "inductor default", "no_such_backend"))
         for row in (eager, compiled):
             assert row["status"] == "ok" and row["calls"] >= 3 and row["matches_eager"] == "yes", row
-            assert 0 < row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"] and row["samples_per_s"] == 2 * row["calls_per_s"]
-        assert compiled["compile_s"] > 0 and eager["speedup"] == 1.0
+        # the compiled arm compiled a graph at its first call, and the timed calls ran it: its first call
+        # (the compilation) took far longer than its timed calls; eager compiled nothing
+        assert eager["graphs"] == 0 and compiled["graphs"] >= 1, (eager, compiled)
+        assert compiled["compile_s"] > 10 * compiled["p50_ms"] / 1e3, compiled
+        assert compiled["speedup"] == eager["p50_ms"] / compiled["p50_ms"]
         assert broken["status"] == "failed" and "no_such_backend" in broken["error"], broken
     assert "## atari, float32" in (tmp_path / "results.md").read_text() and (tmp_path / "speedup.png").exists()
 
@@ -91,16 +108,19 @@ def test_parts_benchmark():
         assert expected in names, names
 
 
-def test_multigpu_scaling_benchmark():
-    """Two ranks only (torchrun on loopback, then the pieces measured in 2 spawned processes): one rank
-    adds nothing that the 2-rank run does not exercise."""
-    out = bench("benchmarks/multigpu_scaling.py", "--ranks", "2", "--modes", "eager", "--iterations", "2",
-                "--rounds", "1", "--num-envs", "2", "--num-steps", "16", "--env-steps", "16", timeout=600)
+def test_multigpu_scaling_benchmark(tmp_path):
+    """One rank and two (torchrun on loopback, tiny runs), then the pieces measured in 1 and 2 spawned
+    processes: the scaling efficiency of 2 ranks is their median fps over twice the median of 1 rank."""
+    out = bench("benchmarks/multigpu_scaling.py", "--ranks", "1,2", "--modes", "eager", "--iterations", "2",
+                "--rounds", "1", "--num-envs", "2", "--num-steps", "16", "--env-steps", "16", "--out", str(tmp_path),
+                timeout=600)
     rows = table_rows(out)
-    scaling = [r for r in rows if r[1] == "eager"]
-    assert [r[0] for r in scaling] == ["2"] and float(scaling[0][4]) == 1.0 and float(scaling[0][2]) > 0
-    pieces = [r for r in rows if len(r) == 4 and r[0] == "2"]
-    assert len(pieces) == 1 and all(float(v) > 0 for v in pieces[0][1:])
+    scaling = {r[0]: r for r in rows if len(r) == 5 and r[1] == "eager"}
+    fps = json.loads((tmp_path / "results.json").read_text())["fps"]
+    one, two = statistics.median(fps["1 eager"]), statistics.median(fps["2 eager"])
+    assert scaling["1"][4] == "1.00" and scaling["2"][4] == f"{two / (2 * one):.2f}" and one > 0 and two > 0
+    pieces = {r[0]: r for r in rows if len(r) == 4 and r[0] in ("1", "2")}
+    assert set(pieces) == {"1", "2"} and all(float(v) > 0 for v in pieces["2"][1:])
 
 
 def test_dqn_buffer_memory_benchmark():

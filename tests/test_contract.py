@@ -196,6 +196,16 @@ def test_track_offline_holds_the_scalars(script, cached_run):
         assert len(history.get(tag, [])) == len(points), f"{tag}: {len(points)} logged, {history.get(tag)} in wandb"
 
 
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_no_placeholder_is_left_in_a_script(script):
+    """A docstring or comment left as a placeholder (a `SOMETHING_NOTE`, a TODO) reads as a finished sentence
+    to nobody."""
+    from helpers import SCRIPTS as SCRIPT_DIR
+
+    text = (SCRIPT_DIR / f"{script}.py").read_text()
+    assert not re.findall(r"\b[A-Z]{3,}_NOTE\b|\bTODO\b|\bFIXME\b|\bXXX\b", text)
+
+
 def test_every_script_has_a_spec():
     from helpers import SCRIPTS as SCRIPT_DIR
 
