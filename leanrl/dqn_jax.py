@@ -1,0 +1,434 @@
+"""Deep Q-Network (DQN) for discrete actions, in JAX.
+
+The algorithm, defaults, network, initialisation and logging of `dqn.py`, written
+with JAX, flax and optax. The networks are flax **linen** modules: a model is a pure
+function of a params pytree, which `jax.jit` and buffer donation take directly.
+What it does differently from `dqn.py`, and why:
+
+- the whole update is one jitted function: write the steps played since the last
+  update into the replay buffer, draw the batch from a PRNG key, loss, gradients,
+  the Adam step and the target copy; the train state and the buffer are donated, so
+  XLA updates them in place instead of allocating new ones each call;
+- the replay buffer lives on the device as a fixed-size pytree of arrays; the steps
+  are staged on the host in one small array and reach the device once per update
+  (every `train_frequency` steps), not one call per step: with a single env, a
+  per-step write would add a jitted call (its dispatch and a copy) to every env step;
+- the greedy action is a jitted forward pass; ε-greedy is decided on the host, as in
+  the eager script, so that an exploring step runs no network;
+- the batches come from JAX's PRNG (a key carried in the train state), not from
+  torch's generator: runs are not number for number those of `dqn.py`, but from the
+  same weights and the same batch the first loss is the same (tests/test_jax_dqn.py);
+- the losses stay on the device until they are logged, every 100 steps;
+- `--save-model` converts the flax params to `dqn.py`'s torch `state_dict` (Dense
+  kernels transposed), so that `leanrl_utils/evals.py` loads and plays it unchanged.
+
+    python leanrl/dqn_jax.py --env-id CartPole-v1
+"""
+
+import atexit
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import NamedTuple
+
+import flax.linen as nn
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import torch
+import tqdm
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, XLA's GPU kernels are deterministic (`--xla_gpu_deterministic_ops`); the CPU always is"""
+    cuda: bool = True
+    """if toggled, JAX uses the GPU when it has one (else the CPU)"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "leanrl"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the trained model (and evaluate it) in the run's folder"""
+    eval_episodes: int = 10
+    """episodes played by the saved policy after training (with --save-model)"""
+
+    # Algorithm specific arguments
+    env_id: str = "CartPole-v1"
+    """the id of the environment"""
+    total_timesteps: int = 500000
+    """total timesteps of the experiments"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer"""
+    buffer_size: int = 10000
+    """the replay memory buffer size"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    tau: float = 1.0
+    """the target network update rate"""
+    target_network_frequency: int = 500
+    """the timesteps it takes to update the target network"""
+    batch_size: int = 128
+    """the batch size of sample from the reply memory"""
+    start_e: float = 1
+    """the starting epsilon for exploration"""
+    end_e: float = 0.05
+    """the ending epsilon for exploration"""
+    exploration_fraction: float = 0.5
+    """the fraction of `total-timesteps` it takes from start-e to go end-e"""
+    learning_starts: int = 10000
+    """timestep to start learning"""
+    train_frequency: int = 10
+    """the frequency of training"""
+    measure_after: int = 20
+    """updates left out of the fps window (the warm-up: compilation, CUDA-graph capture)"""
+
+
+def make_env(env_id: str, seed: int, capture_video: bool = False, run_name: str = "") -> gym.Env:
+    """One environment with episode statistics; a user's bad id or action space stops here."""
+    try:
+        env = gym.make(env_id, render_mode="rgb_array" if capture_video else None)
+    except gym.error.Error as e:
+        fail(f"--env-id {env_id!r}: {e}")
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        fail(f"--env-id {env_id!r}: DQN needs a discrete action space, got {env.action_space}")
+    if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
+        fail(f"--env-id {env_id!r}: needs a flat Box observation space, got {env.observation_space}")
+    if capture_video:
+        env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    env.action_space.seed(seed)
+    return env
+
+
+# ALGO LOGIC: initialize agent here:
+def torch_uniform(fan_in: int):
+    """torch's default init of an nn.Linear bias: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    bound = 1 / math.sqrt(fan_in)
+    return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound, bound)
+
+
+# torch's default init of an nn.Linear weight, the same U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+TORCH_KERNEL_INIT = nn.initializers.variance_scaling(1 / 3, "fan_in", "uniform")
+
+
+def torch_linear(features: int, fan_in: int, name: str) -> nn.Dense:
+    """A Dense layer initialised as torch's nn.Linear."""
+    return nn.Dense(features, name=name, kernel_init=TORCH_KERNEL_INIT, bias_init=torch_uniform(fan_in))
+
+
+class QNetwork(nn.Module):
+    """`dqn.py`'s 120-84 MLP; layer `network_i` is the torch Sequential's `network.i`."""
+
+    action_dim: int
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(torch_linear(120, x.shape[-1], "network_0")(x))
+        x = nn.relu(torch_linear(84, 120, "network_2")(x))
+        return torch_linear(self.action_dim, 84, "network_4")(x)
+
+
+def to_torch_state_dict(params) -> dict[str, torch.Tensor]:
+    """The flax params as `dqn.py`'s QNetwork state_dict: flax's Dense kernel is (in, out), torch's weight (out, in)."""
+    state_dict = {}
+    for name, layer in params["params"].items():
+        key = name.replace("_", ".")
+        state_dict[f"{key}.weight"] = torch.tensor(np.asarray(layer["kernel"]).T)
+        state_dict[f"{key}.bias"] = torch.tensor(np.asarray(layer["bias"]))
+    return state_dict
+
+
+def from_torch_state_dict(state_dict: dict[str, torch.Tensor]):
+    """`dqn.py`'s QNetwork state_dict as flax params (the inverse of `to_torch_state_dict`)."""
+    layers = {key.rsplit(".", 1)[0] for key in state_dict}
+    return {"params": {layer.replace(".", "_"): {
+        "kernel": jnp.asarray(state_dict[f"{layer}.weight"].detach().cpu().numpy().T),
+        "bias": jnp.asarray(state_dict[f"{layer}.bias"].detach().cpu().numpy())} for layer in sorted(layers)}}
+
+
+def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
+    slope = (end_e - start_e) / duration
+    return max(slope * t + start_e, end_e)
+
+
+class ReplayBuffer(NamedTuple):
+    """A circular buffer of transitions in device arrays: written and sampled inside jit (see `write`)."""
+
+    observations: jax.Array  # (size, obs_dim)
+    next_observations: jax.Array  # (size, obs_dim)
+    actions: jax.Array  # (size,) int32
+    rewards: jax.Array  # (size,)
+    dones: jax.Array  # (size,)
+    pos: jax.Array  # the next slot written
+    count: jax.Array  # the slots written so far, up to size: a batch is drawn from [0, count)
+
+    @classmethod
+    def create(cls, size: int, obs_dim: int) -> "ReplayBuffer":
+        zeros = lambda *shape: jnp.zeros((size, *shape))  # noqa: E731
+        return cls(zeros(obs_dim), zeros(obs_dim), jnp.zeros(size, jnp.int32), zeros(), zeros(),
+                   jnp.int32(0), jnp.int32(0))
+
+
+class StagedSteps:
+    """The transitions played since the last write to the device, staged on the host: one row of one float32
+    array each (observation, next observation, action, reward, done), so that they cross in one copy."""
+
+    def __init__(self, rows: int, obs_dim: int):
+        self.shape, self.obs_dim = (rows, 2 * obs_dim + 3), obs_dim
+        self.rows, self.n = np.zeros(self.shape, np.float32), 0
+
+    def add(self, obs, next_obs, action, reward, done):
+        row, d = self.rows[self.n], self.obs_dim
+        row[:d], row[d:2 * d], row[2 * d:] = obs, next_obs, (action, reward, done)
+        self.n += 1
+
+    def take(self) -> tuple[np.ndarray, int]:
+        """The staged rows (a full-size array, `n` of them filled) and `n`; staging starts over in a new array:
+        JAX may read a host array handed to a jitted call after the call returns (on the CPU without a copy),
+        so an array handed over is never written again."""
+        rows, n = self.rows, self.n
+        self.rows, self.n = np.zeros(self.shape, np.float32), 0
+        return rows, n
+
+
+def write(rb: ReplayBuffer, rows: jax.Array, n: jax.Array) -> ReplayBuffer:
+    """The first `n` staged rows, written at the write head in one scatter (those past `n` are dropped)."""
+    size, d, i = rb.actions.shape[0], rb.observations.shape[1], jnp.arange(rows.shape[0])
+    # a row is written if it is staged and not overwritten by a later one of the same call (n > size)
+    slots = jnp.where((i < n) & (i >= n - size), (rb.pos + i) % size, size)  # slot `size`: dropped
+    put = lambda column, values: column.at[slots].set(values, mode="drop")  # noqa: E731
+    return ReplayBuffer(put(rb.observations, rows[:, :d]), put(rb.next_observations, rows[:, d:2 * d]),
+                        put(rb.actions, rows[:, 2 * d].astype(jnp.int32)), put(rb.rewards, rows[:, 2 * d + 1]),
+                        put(rb.dones, rows[:, 2 * d + 2]), (rb.pos + n) % size, jnp.minimum(rb.count + n, size))
+
+
+def sample(rb: ReplayBuffer, key: jax.Array, batch_size: int) -> ReplayBuffer:
+    """A uniform batch of the transitions written so far (as a ReplayBuffer of batch_size rows)."""
+    idx = jax.random.randint(key, (batch_size,), 0, rb.count)
+    return rb._replace(**{field: getattr(rb, field)[idx] for field in ReplayBuffer._fields[:5]})
+
+
+class TrainState(NamedTuple):
+    params: dict
+    target_params: dict
+    opt_state: optax.OptState
+    key: jax.Array  # the batches' PRNG key, split inside the update
+
+
+def main(args: Args) -> None:
+    started = time.time()  # the run's start, logged as charts/start (see make_writer)
+    check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    if args.torch_deterministic and "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
+        # read when JAX starts its backend, at the first array below (the CPU's kernels are deterministic anyway)
+        os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true"
+    if not args.cuda:
+        jax.config.update("jax_platforms", "cpu")
+    key = jax.random.key(args.seed)
+    key, q_key = jax.random.split(key)
+    # the torch device only serves the evaluation of the saved model (leanrl_utils/evals.py plays it in torch)
+    torch_device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    # env setup
+    env = make_env(args.env_id, args.seed, args.capture_video, run_name)
+    obs_dim = env.observation_space.shape[0]
+
+    q_network = QNetwork(env.action_space.n)
+    params = q_network.init(q_key, jnp.zeros((1, obs_dim)))
+    optimizer = optax.adam(args.learning_rate)  # torch's Adam defaults: betas (0.9, 0.999), eps 1e-8
+    # the target starts as an exact copy
+    state = TrainState(params, jax.tree.map(jnp.copy, params), optimizer.init(params), key)
+
+    rb = ReplayBuffer.create(args.buffer_size, obs_dim)
+    staged = StagedSteps(args.train_frequency, obs_dim)
+
+    @jax.jit
+    def greedy_action(params, obs):
+        return jnp.argmax(q_network.apply(params, obs))
+
+    def td_loss(params, target_params, data):
+        target_max = q_network.apply(target_params, data.next_observations).max(axis=1)
+        td_target = jax.lax.stop_gradient(data.rewards + args.gamma * target_max * (1 - data.dones))
+        old_val = jnp.take_along_axis(q_network.apply(params, data.observations), data.actions[:, None], axis=1)[:, 0]
+        return jnp.mean((td_target - old_val) ** 2), old_val.mean()
+
+    def update_target(state):
+        soft = lambda q, t: args.tau * q + (1.0 - args.tau) * t  # noqa: E731  (tau = 1: a hard copy)
+        return state._replace(target_params=jax.tree.map(soft, state.params, state.target_params))
+
+    # the buffer and the train state are donated: XLA writes them in place (their old arrays are not used again)
+    write_steps = jax.jit(write, donate_argnums=0)
+
+    @partial(jax.jit, donate_argnums=(0, 1))
+    def update(state, rb, rows, n, sync_target):
+        """Write the staged steps, draw a batch, one Adam step, and the target copy when `sync_target`."""
+        rb = write(rb, rows, n)
+        key, batch_key = jax.random.split(state.key)
+        data = sample(rb, batch_key, args.batch_size)
+        (loss, q_values), grads = jax.value_and_grad(td_loss, has_aux=True)(state.params, state.target_params, data)
+        updates, opt_state = optimizer.update(grads, state.opt_state)
+        state = state._replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state, key=key)
+        state = jax.lax.cond(sync_target, update_target, lambda s: s, state)
+        return state, rb, (loss, q_values)
+
+    update_target_only = jax.jit(update_target, donate_argnums=0)
+
+    writer = make_writer(args, run_name, started)
+    # fps is measured from the `measure_after`-th update on: the warm-up before it (here the jit compilation
+    # of the update) is logged apart
+    speed = Speed(writer, start_step=args.learning_starts + 1, warmup_steps=args.measure_after * args.train_frequency)
+    episodic_return = float("nan")
+
+    # TRY NOT TO MODIFY: start the game
+    obs, _ = env.reset(seed=args.seed)
+    pbar = tqdm.trange(args.total_timesteps, desc=args.exp_name, unit="step")
+    for global_step in pbar:
+        # ALGO LOGIC: put action logic here
+        epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+        if random.random() < epsilon:
+            action = env.action_space.sample()
+        else:
+            # the observation crosses to the device and the action back: a copy each way, and the host waits
+            # for the forward pass (the env needs the action anyway)
+            action = int(greedy_action(state.params, np.asarray(obs, np.float32)[None]))
+
+        # TRY NOT TO MODIFY: execute the game and log data.
+        next_obs, reward, terminated, truncated, info = env.step(action)
+
+        # TRY NOT TO MODIFY: record rewards for plotting purposes
+        if "episode" in info:
+            episodic_return = float(info["episode"]["r"])
+            writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+            writer.add_scalar("charts/episodic_length", int(info["episode"]["l"]), global_step)
+
+        # the buffer keeps the true next observation; only a termination (not a time-limit truncation)
+        # cuts the bootstrap; the transition is staged on the host, and reaches the device at the next write
+        staged.add(obs, next_obs, action, reward, terminated)
+
+        # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
+        obs = next_obs
+        if terminated or truncated:
+            obs, _ = env.reset()
+
+        # ALGO LOGIC: training.
+        if global_step > args.learning_starts:
+            speed.tick(global_step)
+            if global_step % args.train_frequency == 0:
+                # one call: the staged rows cross to the device (one small copy, no wait) and the update is
+                # queued; the host plays on while it runs, until a greedy action needs the new weights
+                state, rb, out = update(state, rb, *staged.take(), global_step % args.target_network_frequency == 0)
+
+                if global_step % 100 == 0:
+                    # the only reads of device values in the loop but the action, at logging intervals
+                    writer.add_scalar("losses/td_loss", float(out[0]), global_step)
+                    writer.add_scalar("losses/q_values", float(out[1]), global_step)
+                    writer.add_scalar("charts/epsilon", epsilon, global_step)
+                    if (sps := speed.log(global_step)) is not None:
+                        pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+
+            # update target network (inside the update above when the two fall on the same step)
+            elif global_step % args.target_network_frequency == 0:
+                state = update_target_only(state)
+        elif global_step % args.train_frequency == 0:
+            rb = write_steps(rb, *staged.take())  # before learning starts: the staged steps alone
+
+    if args.save_model:
+        # serves --save-model only: imported here, from the repository root, so this file alone still trains
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from leanrl_utils.evals import evaluate
+
+        model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        torch.save({"algo": "dqn", "args": asdict(args), "q_network": to_torch_state_dict(state.params)}, model_path)
+        print(f"model saved to {model_path}")
+        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, torch_device)):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+def check_args(args: Args) -> None:
+    positive = ["total_timesteps", "learning_rate", "buffer_size", "batch_size", "target_network_frequency",
+                "train_frequency", "exploration_fraction", "eval_episodes"]
+    for name in positive + ["learning_starts", "measure_after", "start_e", "end_e"]:
+        value = getattr(args, name)
+        if value < 0 or (value == 0 and name in positive):
+            fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
+    if not (0.0 <= args.gamma <= 1.0 and 0.0 < args.tau <= 1.0):
+        fail(f"--gamma must be in [0, 1] and --tau in (0, 1], got {args.gamma} and {args.tau}")
+    if args.start_e > 1 or args.end_e > 1:
+        fail(f"--start-e and --end-e must be probabilities, got {args.start_e} and {args.end_e}")
+    if args.total_timesteps <= args.learning_starts:
+        fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
+    if args.batch_size > args.buffer_size:
+        fail(f"--batch-size ({args.batch_size}) must not exceed --buffer-size ({args.buffer_size})")
+
+
+def fail(message: str) -> None:
+    """A user's mistake: one line on stderr, exit code 2, no stack trace."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:
+    """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_name, save_code=True)
+        atexit.register(wandb.finish)
+    writer = SummaryWriter(f"runs/{run_name}")
+    # one point whose wall time is the run's start: time to a given return counts from it, set-up and
+    # compilation before the first logged value included
+    writer.add_scalar("charts/start", 0, 0, walltime=started)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    atexit.register(writer.close)  # registered last, runs first: before wandb.finish
+    return writer
+
+
+class Speed:
+    """`charts/SPS` over a window that starts `warmup_steps` after `start_step`, once the warm-up
+    (compilation, CUDA-graph capture) is over; `charts/warmup_time` is the time before it."""
+
+    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int):
+        self.writer, self.steps, self.times = writer, (start_step, start_step + warmup_steps), {}
+
+    def tick(self, step: int) -> None:
+        if step in self.steps:
+            self.times[step] = time.perf_counter()
+            if step == self.steps[1]:
+                self.writer.add_scalar("charts/warmup_time", self.times[step] - self.times[self.steps[0]], step)
+
+    def log(self, step: int) -> float | None:
+        if step <= self.steps[1] or self.steps[1] not in self.times:
+            return None
+        sps = (step - self.steps[1]) / (time.perf_counter() - self.times[self.steps[1]])
+        self.writer.add_scalar("charts/SPS", sps, step)
+        return sps
+
+
+if __name__ == "__main__":
+    try:
+        main(tyro.cli(Args))
+    except KeyboardInterrupt:
+        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,334 @@
+"""The JAX twins of the DQN pairs (dqn_jax, dqn_atari_envpool_jax): their short runs log what the eager
+scripts log, a seed gives the same numbers twice, the CartPole twin learns as dqn.py does, and from the
+eager script's own initial weights and first batch the twin plays the same actions and computes the same
+first loss and the same updated weights. The frame buffer of the Atari twin is checked against a naive
+buffer on test_dqn's Breakout trace, and the checkpoints convert both ways."""
+
+import copy
+import glob
+from types import SimpleNamespace
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+import tyro
+from helpers import Run, assert_identical_logs, check_flag_run, load_script, run_script, with_flag
+
+jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra: pip install -r requirements/requirements-jax.txt")
+import jax.numpy as jnp  # noqa: E402
+import test_dqn  # noqa: E402  (the pairs' short runs, thresholds and frame-buffer trace: imported, not copied)
+from test_dqn import ATARI, ATARI_GREEDY, EVAL_THRESHOLD, GREEDY, LEARN, LOSSES, SHORT, THRESHOLD  # noqa: E402
+
+from leanrl_utils import evals  # noqa: E402  (helpers puts the repository root on the path)
+
+PAIRS = {"dqn_jax": "dqn", "dqn_atari_envpool_jax": "dqn_atari_envpool"}
+# each twin's short run, as test_dqn runs its pair: CartPole logs its losses 9 times, Breakout 7 times
+SHORT_RUNS = {"dqn_jax": (SHORT, 9), "dqn_atari_envpool_jax": (ATARI, 7)}
+TIMINGS = ("charts/SPS", "charts/warmup_time")
+
+
+@pytest.mark.parametrize("twin", PAIRS)
+def test_short_run_logs_what_the_eager_script_logs(twin, cached_run):
+    """Every tag the eager script logs, the same number of times at the same steps (the losses, ε, fps, the
+    warm-up, the run's start); episodes at every game's end."""
+    args, logs = SHORT_RUNS[twin]
+    run, eager = cached_run(twin, *args), cached_run(PAIRS[twin], *args).check()
+    check_flag_run(run, (twin,), LOSSES, logs=logs)
+    assert sorted(run.scalars) == sorted(eager.scalars)
+    for tag in LOSSES + list(TIMINGS) + ["charts/start"]:
+        assert [s for s, _ in run.scalars[tag]] == [s for s, _ in eager.scalars[tag]], tag
+    assert len(run.values("charts/episodic_return")) == len(run.values("charts/episodic_length")) > 0
+    if twin == "dqn_jax":
+        assert len(run.values("charts/episodic_return")) > 20
+
+
+@pytest.mark.parametrize("twin", PAIRS)
+def test_same_seed_same_numbers(twin, cached_run, tmp_path):
+    args = SHORT_RUNS[twin][0]
+    assert_identical_logs(cached_run(twin, *args).check(), run_script(twin, *args, cwd=tmp_path).check())
+
+
+@pytest.mark.slow
+def test_learns_cartpole(tmp_path):
+    """test_dqn's learning test, run on the twin: the same budget, thresholds and evaluation."""
+    run = run_script("dqn_jax", *LEARN, "--save-model", "--eval-episodes", "5", cwd=tmp_path).check()
+    late = [v for s, v in run.scalars["charts/episodic_return"] if s >= 25000]
+    assert np.mean(late) > THRESHOLD, f"episodes of the last 5000 steps: {late}"
+    # the saved network (a torch checkpoint converted from the flax params), played back by evals.py
+    evaluated = run.values("eval/episodic_return")
+    assert len(evaluated) == 5 and np.mean(evaluated) > EVAL_THRESHOLD, f"evaluation: {evaluated}"
+
+
+# The cross-framework check. The eager script's main() runs in this process up to its first update, with
+# hooks that record its initial weights (its QNetwork, subclassed), its first batch's draw (torch.randint
+# with the buffer's generator), the actions it plays (a wrapper on its env) and the checkpoint after that
+# update (--save-model; the evaluation is stubbed out). The twin's main() then runs the same steps with its
+# flax params loaded from those weights (its `from_torch_state_dict`) and its batch draw
+# (jax.random.randint) replaced by the eager script's draw. ε-greedy draws come from the same host
+# generators in both, so they play the same games: greedy (ε = 0) every action comes from the network.
+# Compared: every observation and action, the initial Q-values on those observations, the first td_loss and
+# q_values, and every weight after the first Adam step.
+# The first update falls on a logging step (600 for CartPole, 500 for Breakout), the buffer wraps around
+# before it, and the target copy falls on the same step (after the loss, which it leaves unchanged).
+def first_update(args, learning_starts):
+    total = str(learning_starts + 2)
+    return tuple(with_flag(with_flag(with_flag(list(args), "--total-timesteps", total), "--learning-starts",
+                                     str(learning_starts)), "--buffer-size", "256"))
+
+
+FIRST_UPDATE = {
+    "dqn_jax": [first_update(SHORT, 599), first_update(GREEDY, 599)],
+    "dqn_atari_envpool_jax": [first_update(ATARI, 499) + ("--target-network-frequency", "100"),
+                              first_update(ATARI_GREEDY, 499) + ("--target-network-frequency", "100")],
+}
+
+
+class RecordSteps(gym.Wrapper):
+    """Records the observation each action was taken from, and the action (CartPole: one gymnasium env)."""
+
+    def __init__(self, env, steps: list):
+        super().__init__(env)
+        self.steps, self.obs = steps, None
+
+    def reset(self, **kwargs):
+        self.obs, info = self.env.reset(**kwargs)
+        return self.obs, info
+
+    def step(self, action):
+        self.steps.append((np.array(self.obs), int(action)))
+        out = self.env.step(action)
+        self.obs = out[0]
+        return out
+
+
+class RecordEnvpool:
+    """The same for envpool's vector env (one env), passed through attribute by attribute."""
+
+    def __init__(self, envs, steps: list):
+        self.envs, self.steps, self.obs = envs, steps, None
+
+    def __getattr__(self, name):
+        return getattr(self.envs, name)
+
+    def reset(self, *args, **kwargs):
+        self.obs, info = self.envs.reset(*args, **kwargs)
+        return self.obs, info
+
+    def step(self, actions):
+        self.steps.append((np.array(self.obs[0]), int(actions[0])))
+        out = self.envs.step(actions)
+        self.obs = out[0]
+        return out
+
+
+def record_steps(monkeypatch, module, twin: str) -> list:
+    """Patch `module`'s env factory so that the first env made records its steps; returns the record."""
+    steps, made = [], []
+    name, wrapper = ("make_env", RecordSteps) if twin == "dqn_jax" else ("make_envs", RecordEnvpool)
+    make = getattr(module, name)
+
+    def make_recorded(*args, **kwargs):
+        made.append(wrapper(make(*args, **kwargs), steps if not made else []))
+        return made[-1]
+
+    monkeypatch.setattr(module, name, make_recorded)
+    return steps
+
+
+def run_main(module, args, cwd) -> tuple[Run, dict]:
+    """`module.main` on the command line `args`, in `cwd`: its logs and its checkpoint."""
+    module.main(tyro.cli(module.Args, args=list(args)))
+    run = Run(0, "", "", cwd)
+    return run, torch.load(glob.glob(str(run.run_dir / "*.pt"))[0], weights_only=True)["q_network"]
+
+
+@pytest.mark.parametrize("twin,args", [(t, a) for t, runs in FIRST_UPDATE.items() for a in runs],
+                         ids=["cartpole-exploring", "cartpole-greedy", "atari-exploring", "atari-greedy"])
+def test_first_update_matches_the_eager_script(twin, args, monkeypatch, tmp_path):
+    args = args + ("--save-model",)
+    eager, jax_twin = load_script(PAIRS[twin]), load_script(twin)
+    monkeypatch.setattr(evals, "evaluate", lambda *a, **k: [])  # the checkpoints are compared, not played
+    recorded = {}
+
+    class RecordingQNetwork(eager.QNetwork):
+        def __init__(self, env):
+            super().__init__(env)
+            recorded.setdefault("initial", copy.deepcopy(self.state_dict()))
+            recorded.setdefault("network", self)
+
+    randint = torch.randint
+
+    def recording_randint(*a, **k):
+        out = randint(*a, **k)
+        if "generator" in k:  # the replay buffer's draw
+            recorded.setdefault("draw", out.numpy().copy())
+        return out
+
+    monkeypatch.setattr(eager, "QNetwork", RecordingQNetwork)
+    monkeypatch.setattr(torch, "randint", recording_randint)
+    eager_steps = record_steps(monkeypatch, eager, twin)
+    (tmp_path / "eager").mkdir()
+    monkeypatch.chdir(tmp_path / "eager")
+    eager_run, eager_weights = run_main(eager, args, tmp_path / "eager")
+    monkeypatch.setattr(torch, "randint", randint)
+
+    params = jax_twin.from_torch_state_dict(recorded["initial"])
+    # a copy per call: the twin donates its params to the update, which deletes the arrays handed in
+    monkeypatch.setattr(jax_twin.QNetwork, "init", lambda self, *a, **k: jax.tree.map(jnp.copy, params))
+    draw = recorded["draw"]
+    monkeypatch.setattr(jax.random, "randint", lambda key, shape, *a, **k: jnp.asarray(draw, jnp.int32).reshape(shape))
+    twin_steps = record_steps(monkeypatch, jax_twin, twin)
+    (tmp_path / "twin").mkdir()
+    monkeypatch.chdir(tmp_path / "twin")
+    twin_run, twin_weights = run_main(jax_twin, args, tmp_path / "twin")
+
+    # the same games: every observation and action (greedy: every action from the initial weights)
+    assert len(twin_steps) == len(eager_steps) == int(args[args.index("--total-timesteps") + 1])
+    for (twin_obs, twin_action), (eager_obs, eager_action) in zip(twin_steps, eager_steps):
+        np.testing.assert_array_equal(twin_obs, eager_obs)
+        assert twin_action == eager_action
+    # the Q-values on those observations, from the same initial weights (Breakout's initial network prefers one
+    # action on every frame: equal actions alone would say little there)
+    observations = np.stack([obs for obs, _ in eager_steps])
+    eager_network = copy.deepcopy(recorded["network"])
+    eager_network.load_state_dict(recorded["initial"])
+    with torch.no_grad():
+        expected = eager_network(torch.as_tensor(observations)).numpy()
+    q_values = np.asarray(jax_twin.QNetwork(expected.shape[1]).apply(params, observations))
+    np.testing.assert_allclose(q_values, expected, rtol=1e-4, atol=1e-6)
+    # the first loss on the same batch, within float32 rounding (sums in another order)
+    for tag in ("losses/td_loss", "losses/q_values"):
+        (step, value), = twin_run.scalars[tag]
+        assert [step] == [s for s, _ in eager_run.scalars[tag]]
+        np.testing.assert_allclose(value, eager_run.scalars[tag][0][1], rtol=1e-5, err_msg=tag)
+    # the weights after the first Adam step (each moved by about the learning rate), saved in torch's layout
+    assert twin_weights.keys() == eager_weights.keys()
+    for key, weight in eager_weights.items():
+        np.testing.assert_allclose(twin_weights[key].numpy(), weight.numpy(), rtol=0, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("twin", PAIRS)
+def test_checkpoint_conversion_plays_as_the_flax_network(twin):
+    """The flax params, converted to the eager script's state_dict, load into its QNetwork: the same Q-values
+    and greedy actions on the same observations (CartPole: random states; Atari: random uint8 frames, which
+    catch a wrong flatten order); and the conversion back gives the params again."""
+    eager, jax_twin = load_script(PAIRS[twin]), load_script(twin)
+    rng = np.random.default_rng(0)
+    if twin == "dqn_jax":
+        env, obs = eager.make_env("CartPole-v1", seed=0), rng.normal(size=(64, 4)).astype(np.float32)
+        network, torch_obs = jax_twin.QNetwork(env.action_space.n), torch.as_tensor(obs)
+    else:
+        env = eager.make_envs(eager.Args(env_id="Breakout-v5"))
+        obs = rng.integers(0, 256, size=(64, 4, 84, 84), dtype=np.uint8)
+        network, torch_obs = jax_twin.QNetwork(env.single_action_space.n), torch.as_tensor(obs)
+    params = network.init(jax.random.key(0), obs[:1])
+    torch_network = eager.QNetwork(env)
+    torch_network.load_state_dict(jax_twin.to_torch_state_dict(params))  # strict: the same names and shapes
+    with torch.no_grad():
+        expected = torch_network(torch_obs).numpy()
+    q_values = np.asarray(network.apply(params, obs))
+    np.testing.assert_allclose(q_values, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(q_values.argmax(1), expected.argmax(1))
+    back = jax_twin.from_torch_state_dict(torch_network.state_dict())
+    jax.tree.map(np.testing.assert_array_equal, back, params)
+
+
+def test_initial_weights_are_torch_defaults():
+    """Each layer's weights and biases lie in torch's U(-1/sqrt(fan_in), 1/sqrt(fan_in)) and, where they are
+    many, fill it (the largest draw is near the bound), as the eager networks' do."""
+    for twin, obs in (("dqn_jax", np.zeros((1, 4), np.float32)),
+                      ("dqn_atari_envpool_jax", np.zeros((1, 4, 84, 84), np.uint8))):
+        jax_twin = load_script(twin)
+        state_dict = jax_twin.to_torch_state_dict(jax_twin.QNetwork(2).init(jax.random.key(1), obs))
+        for key, value in state_dict.items():
+            weight = state_dict[key.replace(".bias", ".weight")]
+            bound = 1 / np.sqrt(weight[0].numel())
+            assert value.abs().max() <= bound, (twin, key)
+            assert value.numel() < 100 or value.abs().max() > 0.9 * bound, (twin, key)
+
+
+def test_cartpole_buffer_writes_staged_steps_in_order():
+    """Steps staged in chunks of any length up to `train_frequency` (the run's first chunk holds one step)
+    land in the slots a step-by-step circular buffer would give them, wrap-around included; a batch holds
+    only written transitions."""
+    jax_twin = load_script("dqn_jax")
+    size, rows, rng = 8, 10, np.random.default_rng(0)  # a chunk may hold more steps than the buffer
+    rb, staged, naive = jax_twin.ReplayBuffer.create(size, 4), jax_twin.StagedSteps(rows, 4), []
+    write = jax.jit(jax_twin.write, donate_argnums=0)
+    for chunk in (1, 10, 3, 10, 7, 10):
+        for _ in range(chunk):
+            step = (rng.normal(size=4), rng.normal(size=4), int(rng.integers(2)), float(rng.normal()), float(rng.integers(2)))
+            staged.add(*step)
+            naive.append(step)
+        rb = write(rb, *staged.take())
+    assert int(rb.pos) == len(naive) % size and int(rb.count) == size
+    for slot in range(size):
+        s = max(i for i in range(len(naive)) if i % size == slot)
+        obs, next_obs, action, reward, done = naive[s]
+        np.testing.assert_allclose(rb.observations[slot], obs, rtol=1e-6)
+        np.testing.assert_allclose(rb.next_observations[slot], next_obs, rtol=1e-6)
+        assert (int(rb.actions[slot]), float(rb.dones[slot])) == (action, done)
+        np.testing.assert_allclose(float(rb.rewards[slot]), reward, rtol=1e-6)
+    batch = jax.jit(jax_twin.sample, static_argnums=2)(rb, jax.random.key(0), 64)
+    written = {tuple(np.float32(x) for x in step[0]) for step in naive[-size:]}
+    assert all(tuple(row) in written for row in np.asarray(batch.observations))
+
+
+class TwinFrameBuffer:
+    """dqn_atari_envpool_jax's frame buffer (device arrays and pure functions) behind the eager ReplayBuffer's
+    interface (start, add, valid, stacks, actions, rewards, dones, sample), so that test_dqn's frame-buffer
+    test plays its Breakout trace into it and checks it against its naive buffer. Steps are staged and
+    written `STAGE` at a time by the twin's own StagedSteps and `write`, as its main loop does (a read
+    first writes the steps staged so far: a partial chunk)."""
+
+    STAGE = 4  # the twin's default train_frequency
+
+    def __init__(self, size, frame_shape, device, seed):
+        self.twin = load_script("dqn_atari_envpool_jax")
+        self.rb, self.key = self.twin.ReplayBuffer.create(size, frame_shape), jax.random.key(seed)
+        self.staged = self.twin.StagedSteps(self.STAGE, frame_shape)
+        self.jitted = dict(start=jax.jit(self.twin.write_obs, donate_argnums=0),
+                           write=jax.jit(self.twin.write, donate_argnums=0), stacks=jax.jit(self.twin.stacks),
+                           sample=jax.jit(self.twin.sample, static_argnums=2))
+
+    def start(self, obs, info):
+        self.rb = self.jitted["start"](self.rb, obs[0, -1], True)
+
+    def add(self, action, reward, terminated, truncated, next_obs, info):
+        self.staged.add(action, reward, terminated, truncated, next_obs[0, -1], info["elapsed_step"][0] == 0)
+        if self.staged.n == self.STAGE:
+            self.flush()
+
+    def flush(self) -> "TwinFrameBuffer":
+        if self.staged.n:
+            self.rb = self.jitted["write"](self.rb, *self.staged.take())
+        return self
+
+    def __getattr__(self, name):  # valid, actions, rewards, dones: as torch tensors, like the eager buffer's
+        return torch.as_tensor(np.array(getattr(self.flush().rb, name)))
+
+    def stacks(self, slots):
+        return torch.as_tensor(np.array(self.jitted["stacks"](self.flush().rb, jnp.asarray(slots.numpy()))))
+
+    def sample(self, batch_size):
+        self.key, key = jax.random.split(self.key)
+        batch = self.jitted["sample"](self.flush().rb, key, batch_size)
+        return {k: torch.as_tensor(np.array(v)) for k, v in batch._asdict().items()}
+
+
+def test_frame_buffer_returns_what_a_naive_buffer_returns(monkeypatch):
+    """test_dqn's frame-buffer test (lost lives, finished and truncated games, a 128-slot buffer wrapped
+    five times, every held and sampled transition equal to the naive one), run on the twin's buffer."""
+    monkeypatch.setattr(test_dqn, "load_script", lambda name: SimpleNamespace(ReplayBuffer=TwinFrameBuffer))
+    test_dqn.test_frame_buffer_returns_what_a_naive_buffer_returns("dqn_atari_envpool_jax")
+
+
+def test_the_default_buffer_fits_in_8_gb():
+    """As the eager buffer: a slot holds one 84x84 frame and its bookkeeping (here 14 bytes), 7.07 GB for the
+    default 1M slots."""
+    jax_twin = load_script("dqn_atari_envpool_jax")
+    rb = jax_twin.ReplayBuffer.create(1000, (84, 84))
+    per_slot = sum(x.nbytes // 1000 for x in rb if x.ndim >= 1)
+    assert per_slot == 84 * 84 + 14
+    assert jax_twin.Args().buffer_size * per_slot < 7.1e9
