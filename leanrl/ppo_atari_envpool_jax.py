@@ -10,12 +10,18 @@ What it does differently, and why:
   policy's forward pass, the categorical sample (the PRNG key split inside), the
   step of the 84x84 frames and the writes into the rollout storage never return to
   Python between steps; the host sees the rollout once per iteration, to log the
-  finished games;
+  finished games. Host stepping (`envs.step(np.asarray(action))` after a jitted
+  acting step) pays a dispatch, a wait and copies of the frames at every step; on a
+  CPU, where the network and the emulator dominate, both run at about the same speed,
+  and the XLA rollout keeps the loop to one host crossing per iteration;
 - the whole update is one jitted function: the bootstrap value, GAE as a reverse
   `lax.scan`, and all epochs x minibatches as one `lax.scan`, with each epoch's
   permutation drawn inside from the key, the loss, its gradient, the gradient
   clipping and the Adam step; the train state is donated, so the new parameters
-  overwrite the old ones;
+  overwrite the old ones. On the CPU both scans are unrolled: XLA's CPU backend
+  runs the convolutions' backward pass many times slower inside a loop (what a
+  rolled scan compiles to) than in straight-line code; unrolled, compilation takes
+  longer, more so the more epochs x minibatches;
 - the Nature CNN runs in NHWC, XLA's native convolution layout: the uint8 frames are
   transposed once, when they are acted on, and stored so. `--save-model` converts
   the weights to the eager script's layout (OIHW convolutions, and the first Dense
@@ -232,7 +238,8 @@ def to_torch_state_dict(params) -> dict[str, torch.Tensor]:
     kernel = np.asarray(params["network_7"]["kernel"])  # (7 * 7 * 64, 512), rows in (h, w, c) order
     channels = params["network_4"]["kernel"].shape[-1]
     side = int(round(np.sqrt(kernel.shape[0] // channels)))
-    state["network.7.weight"] = t(kernel.reshape(side, side, channels, -1).transpose(3, 2, 0, 1).reshape(kernel.shape[1], -1))
+    kernel = kernel.reshape(side, side, channels, -1).transpose(3, 2, 0, 1)  # (512, c, h, w)
+    state["network.7.weight"] = t(kernel.reshape(kernel.shape[0], -1))
     state["network.7.bias"] = t(params["network_7"]["bias"])
     for name in ("actor", "critic"):
         state[f"{name}.weight"] = t(np.asarray(params[name]["kernel"]).T)
@@ -373,7 +380,9 @@ def make_functions(args: Args, agent: Agent, optimizer: optax.GradientTransforma
                 state, stats = run(state)
                 return (state, stopped), (stats, ~stopped)
             # a scan cannot break: once an epoch's last approx_kl crosses --target-kl, the later ones are skipped
-            skip = lambda s: (s, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(run, s)[1]))  # noqa: E731
+            def skip(state):  # the state unchanged, and zeros shaped as an epoch's statistics
+                return state, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(run, state)[1])
+
             state, stats = jax.lax.cond(stopped, skip, run, state)
             return (state, stopped | (stats["approx_kl"][-1] > args.target_kl)), (stats, ~stopped)
 

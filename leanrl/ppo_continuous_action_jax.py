@@ -319,7 +319,9 @@ def make_functions(args: Args, agent: Agent, optimizer: optax.GradientTransforma
                 return (state, stopped), (stats, ~stopped)
             # a scan cannot break: once an epoch's last approx_kl crosses --target-kl, the later ones are skipped
             run = lambda s: jax.lax.scan(minibatch, s, minibatches)  # noqa: E731
-            skip = lambda s: (s, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(run, s)[1]))  # noqa: E731
+            def skip(state):  # the state unchanged, and zeros shaped as an epoch's statistics
+                return state, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(run, state)[1])
+
             state, stats = jax.lax.cond(stopped, skip, run, state)
             return (state, stopped | (stats["approx_kl"][-1] > args.target_kl)), (stats, ~stopped)
 

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra: pip install -r requirements/requirements-jax.txt")
+jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra: "
+                                        "pip install -r requirements/requirements-jax.txt")
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 import torch  # noqa: E402
@@ -96,7 +97,7 @@ def record_eager_update(monkeypatch, tmp_path, script: str, *flags: str) -> dict
         def step(self, closure=None):
             local = main_frame()
             if not record["steps"]:
-                record["lr"] = self.param_groups[0]["lr"]
+                record["writer"], record["lr"] = local["writer"], self.param_groups[0]["lr"]
                 record["batch"] = {name: local[name].detach().clone() for name in local
                                    if name.startswith("b_") or name in ("rewards", "values", "dones", "next_value",
                                                                         "next_done", "advantages")}
@@ -118,6 +119,7 @@ def record_eager_update(monkeypatch, tmp_path, script: str, *flags: str) -> dict
     monkeypatch.setattr(torch, "randperm", recording_randperm)
     monkeypatch.chdir(tmp_path)
     module.main(tyro.cli(module.Args, args=list(flags)))
+    record.pop("writer").close()  # here, in its run folder's parent (its atexit close would write elsewhere)
     return record
 
 
@@ -168,7 +170,11 @@ def twin_update(script, record, flags, params, batch):
     # --target-kl stops the eager loop before it draws the later epochs' permutations: the twin, which
     # skips those epochs, gets any
     perms = record["perms"] + [torch.arange(args.batch_size)] * (args.update_epochs - len(record["perms"]))
-    perms = jnp.asarray(torch.stack(perms).numpy())
+    perms = torch.stack(perms)
+    for k, step in enumerate(record["steps"]):  # the hooks saw the minibatches these permutations cut
+        epoch, mb = divmod(k, args.num_minibatches)
+        assert torch.equal(step["mb_inds"], perms[epoch, mb * args.minibatch_size:(mb + 1) * args.minibatch_size])
+    perms = jnp.asarray(perms.numpy())
     state = module.TrainState(params, optimizer.init(params))
     return jax.jit(update_epochs)(state, batch, perms, record["lr"]), module, args
 
@@ -212,7 +218,8 @@ def test_continuous_update_matches_the_eager_script(target_kl, monkeypatch, tmp_
     assert float(b["dones"].sum()) > 0, "the batch should hold an episode's end"
     module = load_script(CONTINUOUS_JAX)
 
-    advantages = module.compute_gae(b["rewards"], b["values"], b["dones"], b["next_value"][0], b["next_done"], 0.99, 0.95)
+    advantages = module.compute_gae(b["rewards"], b["values"], b["dones"], b["next_value"][0], b["next_done"],
+                                    0.99, 0.95)
     np.testing.assert_allclose(np.asarray(advantages), np.asarray(b["advantages"]), rtol=1e-5, atol=1e-5)
 
     params = continuous_params_from_torch(record["init"])
@@ -241,7 +248,8 @@ def test_atari_update_matches_the_eager_script(monkeypatch, tmp_path):
     assert float(b["dones"].sum()) > 0, "the batch should hold envpool's reset steps"
     module = load_script(ATARI_JAX)
 
-    advantages = module.compute_gae(b["rewards"], b["values"], b["dones"], b["next_value"][0], b["next_done"], 0.99, 0.95)
+    advantages = module.compute_gae(b["rewards"], b["values"], b["dones"], b["next_value"][0], b["next_done"],
+                                    0.99, 0.95)
     np.testing.assert_allclose(np.asarray(advantages), np.asarray(b["advantages"]), rtol=1e-5, atol=1e-5)
 
     params = atari_params_from_torch(record["init"])
