@@ -1,0 +1,512 @@
+"""Soft Actor-Critic (SAC) for continuous actions in JAX: the twin of `sac_continuous_action.py`.
+
+The algorithm, defaults, networks, initialisation scheme, wrappers and logged values of the eager
+PyTorch script, written in JAX with flax linen (a network is a pure function of a params pytree,
+which `jax.jit`, `jax.vmap` and buffer donation take directly) and optax. What it does differently:
+
+- the twin Q-networks are one network `jax.vmap`ped over stacked params (as the optimized PyTorch
+  script stacks them with tensordict): one batched matmul per layer for both critics, one Adam;
+- the replay buffer is preallocated device arrays, written by a jitted function that donates the
+  buffer (`.at[pos].set` then updates it in place instead of copying it whole), and sampled inside
+  the jitted update with the PRNG key: a batch never crosses to the host;
+- a whole training step is one jitted function: the batch draw, the critic update, the delayed
+  actor and alpha updates (`policy_frequency` of them every `policy_frequency` steps, CleanRL's
+  compensation, as a `lax.fori_loop`) and the Polyak target update; whether the delayed updates run
+  is a static argument, so each step is one call of one of (at most) four compiled programs;
+- the acting step is jitted too, its Gaussian draw taken from a PRNG key split inside;
+- randomness comes from JAX's PRNG: a seed gives the same run every time on the CPU, but not the
+  PyTorch script's numbers (other generators, other initial weights drawn from the same law);
+- logged values stay on the device until a logging step reads them;
+- `--save-model` converts the flax params into the eager script's torch `state_dict`s, so that
+  `leanrl_utils/evals.py` loads and plays the checkpoint unchanged.
+
+    python leanrl/sac_continuous_action_jax.py --env-id HalfCheetah-v4
+"""
+
+import atexit
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+from types import SimpleNamespace
+from typing import NamedTuple
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import torch  # for the SummaryWriter and the checkpoint (torch.save) only
+import tqdm
+import tyro
+from flax import linen as nn
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, XLA's GPU kernels are deterministic (`--xla_gpu_exclude_nondeterministic_ops`); the CPU's are"""
+    cuda: bool = True
+    """if toggled, JAX runs on the GPU when it has one (else on the CPU)"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "leanrl"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    capture_video: bool = False
+    """whether to capture videos of the agent performances (check out `videos` folder)"""
+    save_model: bool = False
+    """whether to save the trained model (and evaluate it) in the run's folder"""
+    eval_episodes: int = 10
+    """episodes played by the saved policy after training (with --save-model)"""
+
+    # Algorithm specific arguments
+    env_id: str = "HalfCheetah-v4"
+    """the environment id of the task"""
+    total_timesteps: int = 1000000
+    """total timesteps of the experiments"""
+    buffer_size: int = int(1e6)
+    """the replay memory buffer size"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    tau: float = 0.005
+    """target smoothing coefficient"""
+    batch_size: int = 256
+    """the batch size of sample from the replay memory"""
+    learning_starts: int = 5000
+    """timestep to start learning"""
+    policy_lr: float = 3e-4
+    """the learning rate of the policy network optimizer"""
+    q_lr: float = 1e-3
+    """the learning rate of the Q network optimizer"""
+    policy_frequency: int = 2
+    """the frequency of training policy (delayed)"""
+    target_network_frequency: int = 1
+    """the frequency of updates for the target networks"""
+    alpha: float = 0.2
+    """entropy regularization coefficient"""
+    autotune: bool = True
+    """automatic tuning of the entropy coefficient"""
+    measure_after: int = 20
+    """updates left out of the fps window (the warm-up: jit compilation)"""
+
+
+def make_env(env_id: str, seed: int, capture_video: bool = False, run_name: str = "") -> gym.Env:
+    """One environment with episode statistics; a user's bad id or action space stops here."""
+    if capture_video:
+        os.environ.setdefault("MUJOCO_GL", "egl")  # headless MuJoCo rendering
+    try:
+        env = gym.make(env_id, render_mode="rgb_array" if capture_video else None)
+    except gym.error.Error as e:
+        fail(f"--env-id {env_id!r}: {e}")
+    if not isinstance(env.action_space, gym.spaces.Box):
+        fail(f"--env-id {env_id!r}: SAC needs a continuous (Box) action space, got {env.action_space}")
+    if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
+        fail(f"--env-id {env_id!r}: needs a flat Box observation space, got {env.observation_space}")
+    if capture_video:
+        env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    env.action_space.seed(seed)
+    return env
+
+
+# ALGO LOGIC: initialize agent here:
+class Linear(nn.Module):
+    """torch's nn.Linear: `x @ kernel + bias`, kernel and bias both drawn from U(-1/sqrt(fan_in),
+    1/sqrt(fan_in)) as torch's default init does (flax's Dense has no bias init that knows fan_in).
+    The kernel is torch's weight transposed: (in, out)."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, x):
+        bound = 1.0 / math.sqrt(x.shape[-1])
+        init = partial(jax.random.uniform, minval=-bound, maxval=bound)
+        kernel = self.param("kernel", init, (x.shape[-1], self.features))
+        bias = self.param("bias", init, (self.features,))
+        return x @ kernel + bias
+
+
+class SoftQNetwork(nn.Module):
+    @nn.compact
+    def __call__(self, x, a):
+        x = jnp.concatenate([x, a], -1)
+        x = nn.relu(Linear(256, name="fc1")(x))
+        x = nn.relu(Linear(256, name="fc2")(x))
+        return Linear(1, name="fc3")(x)
+
+
+LOG_STD_MAX = 2
+LOG_STD_MIN = -5
+
+
+class Actor(nn.Module):
+    action_scale: np.ndarray  # action rescaling: (high - low) / 2
+    action_bias: np.ndarray  # (high + low) / 2
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(Linear(256, name="fc1")(x))
+        x = nn.relu(Linear(256, name="fc2")(x))
+        mean = Linear(self.action_scale.shape[0], name="fc_mean")(x)
+        log_std = Linear(self.action_scale.shape[0], name="fc_logstd")(x)
+        log_std = jnp.tanh(log_std)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)  # From SpinUp / Denis Yarats
+        return mean, log_std
+
+    def get_action(self, x, noise):
+        """The eager script's `get_action`, given its standard normal draw `noise` (shaped as the action)."""
+        mean, log_std = self(x)
+        std = jnp.exp(log_std)
+        x_t = mean + std * noise  # for reparameterization trick (mean + std * N(0,1))
+        y_t = jnp.tanh(x_t)
+        action = y_t * self.action_scale + self.action_bias
+        log_prob = -0.5 * noise**2 - log_std - 0.5 * math.log(2 * math.pi)  # Normal(mean, std).log_prob(x_t)
+        # Enforcing Action Bound
+        log_prob -= jnp.log(self.action_scale * (1 - y_t**2) + 1e-6)
+        log_prob = log_prob.sum(1, keepdims=True)
+        mean = jnp.tanh(mean) * self.action_scale + self.action_bias
+        return action, log_prob, mean
+
+
+class ReplayBuffer(NamedTuple):
+    """A circular buffer of transitions preallocated on the device, with its write position and fill."""
+
+    observations: jax.Array
+    next_observations: jax.Array
+    actions: jax.Array
+    rewards: jax.Array
+    dones: jax.Array
+    pos: jax.Array  # int32 scalars
+    size: jax.Array
+
+
+def buffer_init(size: int, obs_dim: int, act_dim: int) -> ReplayBuffer:
+    dims = (obs_dim, obs_dim, act_dim, 1, 1)
+    return ReplayBuffer(*(jnp.zeros((size, dim)) for dim in dims), pos=jnp.int32(0), size=jnp.int32(0))
+
+
+# donated: the buffer's memory is reused for the result, so a write updates one row in place instead of
+# copying the whole buffer (XLA cannot update an input in place unless the caller gives it up)
+@partial(jax.jit, donate_argnums=0)
+def buffer_add(rb: ReplayBuffer, obs, next_obs, action, reward, done) -> ReplayBuffer:
+    capacity = rb.observations.shape[0]
+    rows = (obs, next_obs, action, reward, done)
+    data = [column.at[rb.pos].set(jnp.reshape(row, column.shape[1:])) for column, row in zip(rb[:5], rows)]
+    return ReplayBuffer(*data, pos=(rb.pos + 1) % capacity, size=jnp.minimum(rb.size + 1, capacity))
+
+
+def buffer_sample(rb: ReplayBuffer, key: jax.Array, batch_size: int) -> ReplayBuffer:
+    """A batch drawn uniformly from the filled part (inside jit: the batch stays on the device)."""
+    idx = jax.random.randint(key, (batch_size,), 0, rb.size)
+    return ReplayBuffer(*(column[idx] for column in rb[:5]), pos=rb.pos, size=rb.size)
+
+
+class TrainState(NamedTuple):
+    actor_params: dict
+    qf_params: dict  # both critics' params, stacked on a leading axis of 2
+    qf_target_params: dict
+    actor_opt_state: optax.OptState
+    q_opt_state: optax.OptState
+    log_alpha: jax.Array  # a scalar; constant log(args.alpha) without --autotune
+    alpha_opt_state: optax.OptState
+
+
+def make_train_state(args: Args, actor_params, qf_params) -> TrainState:
+    """The optimizers' initial state around the given weights; the targets start as exact copies."""
+    log_alpha = jnp.float32(0.0 if args.autotune else math.log(args.alpha))
+    return TrainState(
+        actor_params=actor_params,
+        qf_params=qf_params,
+        qf_target_params=jax.tree.map(jnp.array, qf_params),
+        actor_opt_state=optax.adam(args.policy_lr).init(actor_params),  # optax.adam's defaults are torch's
+        q_opt_state=optax.adam(args.q_lr).init(qf_params),
+        log_alpha=log_alpha,
+        alpha_opt_state=optax.adam(args.q_lr).init(log_alpha),
+    )
+
+
+def make_update_fns(args: Args, actor: Actor, qnet: SoftQNetwork, target_entropy: float):
+    """The losses and updates, closed over the hyperparameters and networks; `train_step` is jitted."""
+    q_tx, actor_tx, alpha_tx = optax.adam(args.q_lr), optax.adam(args.policy_lr), optax.adam(args.q_lr)
+    # one vmapped call evaluates both critics: a batched matmul per layer instead of two matmuls
+    twin_qf = jax.vmap(qnet.apply, in_axes=(0, None, None))
+    get_action = partial(actor.apply, method=Actor.get_action)
+
+    def critic_loss(qf_params, state: TrainState, data: ReplayBuffer, noise):
+        alpha = jnp.exp(state.log_alpha)
+        next_state_actions, next_state_log_pi, _ = get_action(state.actor_params, data.next_observations, noise)
+        qf_next_target = twin_qf(state.qf_target_params, data.next_observations, next_state_actions)
+        min_qf_next_target = qf_next_target.min(0) - alpha * next_state_log_pi
+        next_q_value = data.rewards.flatten() + (1 - data.dones.flatten()) * args.gamma * min_qf_next_target.reshape(-1)
+
+        qf_a_values = twin_qf(qf_params, data.observations, data.actions).reshape(2, -1)
+        qf_losses = ((qf_a_values - next_q_value) ** 2).mean(1)  # the two critics' mse losses
+        qf_loss = qf_losses.sum()
+        qf_values = qf_a_values.mean(1)
+        return qf_loss, dict(qf1_values=qf_values[0], qf2_values=qf_values[1], qf1_loss=qf_losses[0],
+                             qf2_loss=qf_losses[1], qf_loss=qf_loss / 2.0)
+
+    def update_critic(state: TrainState, data: ReplayBuffer, noise):
+        """One critic step; `noise`: the standard normal draw of the next actions."""
+        grads, info = jax.grad(critic_loss, has_aux=True)(state.qf_params, state, data, noise)
+        updates, q_opt_state = q_tx.update(grads, state.q_opt_state)
+        return state._replace(qf_params=optax.apply_updates(state.qf_params, updates), q_opt_state=q_opt_state), info
+
+    def actor_loss(actor_params, state: TrainState, obs, noise):
+        pi, log_pi, _ = get_action(actor_params, obs, noise)
+        # the critics' params are not differentiated: no gradient is computed for them
+        min_qf_pi = twin_qf(state.qf_params, obs, pi).min(0)
+        return ((jnp.exp(state.log_alpha) * log_pi) - min_qf_pi).mean()
+
+    def alpha_loss(log_alpha, log_pi):
+        return (-jnp.exp(log_alpha) * (log_pi + target_entropy)).mean()
+
+    def update_actor(state: TrainState, obs, noise, alpha_noise):
+        """One actor step, then (with --autotune) one alpha step with a fresh draw from the updated actor."""
+        loss, grads = jax.value_and_grad(actor_loss)(state.actor_params, state, obs, noise)
+        updates, actor_opt_state = actor_tx.update(grads, state.actor_opt_state)
+        state = state._replace(actor_params=optax.apply_updates(state.actor_params, updates),
+                               actor_opt_state=actor_opt_state)
+        info = dict(actor_loss=loss)
+        if args.autotune:
+            _, log_pi, _ = get_action(state.actor_params, obs, alpha_noise)
+            a_loss, grad = jax.value_and_grad(alpha_loss)(state.log_alpha, log_pi)
+            updates, alpha_opt_state = alpha_tx.update(grad, state.alpha_opt_state)
+            state = state._replace(log_alpha=optax.apply_updates(state.log_alpha, updates),
+                                   alpha_opt_state=alpha_opt_state)
+            info["alpha_loss"] = a_loss
+        return state, info
+
+    def update_target(state: TrainState) -> TrainState:
+        # tau * param + (1 - tau) * target, over every weight of both critics at once
+        return state._replace(qf_target_params=optax.incremental_update(state.qf_params, state.qf_target_params,
+                                                                          args.tau))
+
+    # the state is donated: its buffers are reused for the new state instead of being allocated anew
+    @partial(jax.jit, static_argnames=("policy_update", "target_update"), donate_argnums=0)
+    def train_step(state: TrainState, rb: ReplayBuffer, key: jax.Array, policy_update: bool, target_update: bool):
+        key, sample_key, noise_key, policy_key = jax.random.split(key, 4)
+        data = buffer_sample(rb, sample_key, args.batch_size)
+        shape = data.actions.shape
+        state, info = update_critic(state, data, jax.random.normal(noise_key, shape))
+
+        if policy_update:  # TD 3 Delayed update support
+
+            def policy_step(i, carry):
+                state, _ = carry
+                noise, alpha_noise = jax.random.normal(jax.random.fold_in(policy_key, i), (2, *shape))
+                return update_actor(state, data.observations, noise, alpha_noise)
+
+            # compensate for the delay by doing 'actor_update_interval' instead of 1
+            zeros = dict.fromkeys(["actor_loss", "alpha_loss"] if args.autotune else ["actor_loss"], jnp.float32(0))
+            state, actor_info = jax.lax.fori_loop(0, args.policy_frequency, policy_step, (state, zeros))
+            info |= actor_info
+
+        if target_update:  # update the target networks
+            state = update_target(state)
+        info["alpha"] = jnp.exp(state.log_alpha)
+        return state, key, info
+
+    return SimpleNamespace(critic_loss=critic_loss, update_critic=update_critic, actor_loss=actor_loss,
+                           update_actor=update_actor, train_step=train_step)
+
+
+def main(args: Args) -> None:
+    started = time.time()  # the run's start, logged as charts/start (see make_writer)
+    check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+
+    # env setup
+    env = make_env(args.env_id, args.seed, args.capture_video, run_name)
+    use_device(args)  # before any array is made: JAX picks its backend at the first one
+
+    # TRY NOT TO MODIFY: seeding
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    key = jax.random.key(args.seed)
+    key, actor_key, qf_key = jax.random.split(key, 3)
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    high, low = env.action_space.high, env.action_space.low
+    actor = Actor(action_scale=np.float32((high - low) / 2.0), action_bias=np.float32((high + low) / 2.0))
+    qnet = SoftQNetwork()
+    obs0, act0 = jnp.zeros((1, obs_dim)), jnp.zeros((1, act_dim))
+    # the initializers jitted: one compiled program each instead of one per initializer op
+    actor_params = jax.jit(actor.init)(actor_key, obs0)
+    qf_init = jax.jit(jax.vmap(qnet.init, in_axes=(0, None, None)))  # qf1 and qf2, stacked
+    qf_params = qf_init(jax.random.split(qf_key, 2), obs0, act0)
+    state = make_train_state(args, actor_params, qf_params)
+
+    # Automatic entropy tuning (without it, log_alpha stays log(args.alpha))
+    target_entropy = -float(np.prod(env.action_space.shape))
+    train_step = make_update_fns(args, actor, qnet, target_entropy).train_step
+
+    @jax.jit
+    def act(actor_params, obs, key):
+        key, noise_key = jax.random.split(key)
+        action, _, _ = actor.apply(actor_params, obs[None], jax.random.normal(noise_key, (1, act_dim)),
+                                   method=Actor.get_action)
+        return action[0], key
+
+    rb = buffer_init(args.buffer_size, obs_dim, act_dim)
+    writer = make_writer(args, run_name, started)
+    # fps is measured from the `measure_after`-th update on: the warm-up before it (the update's jit
+    # compilation) is logged apart
+    speed = Speed(writer, start_step=args.learning_starts + 1, warmup_steps=args.measure_after)
+    episodic_return, info = float("nan"), {}
+
+    # TRY NOT TO MODIFY: start the game
+    obs, _ = env.reset(seed=args.seed)
+    pbar = tqdm.trange(args.total_timesteps, desc=args.exp_name, unit="step")
+    for global_step in pbar:
+        # ALGO LOGIC: put action logic here
+        if global_step < args.learning_starts:
+            action = env.action_space.sample()
+        else:
+            action, key = act(state.actor_params, obs, key)
+            # the step's one device-to-host crossing (a copy, and a wait for the queued update it depends on)
+            action = np.asarray(action)
+
+        # TRY NOT TO MODIFY: execute the game and log data.
+        next_obs, reward, terminated, truncated, env_info = env.step(action)
+
+        # TRY NOT TO MODIFY: record rewards for plotting purposes
+        if "episode" in env_info:
+            episodic_return = float(env_info["episode"]["r"])
+            writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+            writer.add_scalar("charts/episodic_length", int(env_info["episode"]["l"]), global_step)
+
+        # the buffer keeps the true next observation; only a termination (not a time-limit truncation)
+        # cuts the bootstrap. The transition goes to the device as the call's arguments (host-to-device
+        # copies of a few numbers, queued without waiting)
+        rb = buffer_add(rb, obs, next_obs, action, np.float32(reward), np.float32(terminated))
+
+        # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
+        obs = next_obs
+        if terminated or truncated:
+            obs, _ = env.reset()
+
+        # ALGO LOGIC: training.
+        if global_step > args.learning_starts:
+            speed.tick(global_step)
+            # dispatched without waiting: the host steps on while the device trains
+            state, key, step_info = train_step(state, rb, key, policy_update=global_step % args.policy_frequency == 0,
+                                               target_update=global_step % args.target_network_frequency == 0)
+            info |= step_info  # device scalars: the latest actor and alpha losses are kept between their updates
+
+            if global_step % 100 == 0:  # read back from the device at logging steps only
+                for name in ("qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss", "actor_loss", "alpha",
+                             "alpha_loss"):
+                    if name in info:
+                        writer.add_scalar(f"losses/{name}", float(info[name]), global_step)
+                if (sps := speed.log(global_step)) is not None:
+                    pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+
+    if args.save_model:
+        # serves --save-model only: imported here, from the repository root, so this file alone still trains
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from leanrl_utils.evals import evaluate
+
+        model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        qf1, qf2 = (jax.tree.map(lambda p, i=i: p[i], state.qf_params) for i in range(2))
+        torch.save({"algo": "sac", "args": asdict(args),
+                    "actor": to_state_dict(state.actor_params, action_scale=actor.action_scale,
+                                           action_bias=actor.action_bias),
+                    "qf1": to_state_dict(qf1), "qf2": to_state_dict(qf2)}, model_path)
+        print(f"model saved to {model_path}")
+        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, "cpu")):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+
+
+def to_state_dict(params: dict, **buffers: np.ndarray) -> dict[str, torch.Tensor]:
+    """flax params -> the eager script's torch `state_dict`: `fc1.weight` is the kernel transposed."""
+    state_dict = {}
+    for layer, p in params["params"].items():
+        state_dict[f"{layer}.weight"] = torch.tensor(np.asarray(p["kernel"]).T)
+        state_dict[f"{layer}.bias"] = torch.tensor(np.asarray(p["bias"]))
+    return state_dict | {name: torch.tensor(value) for name, value in buffers.items()}
+
+
+# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+def check_args(args: Args) -> None:
+    positive = ["total_timesteps", "buffer_size", "batch_size", "policy_lr", "q_lr", "policy_frequency",
+                "target_network_frequency", "eval_episodes"]
+    for name in positive + ["learning_starts", "measure_after"] + ([] if args.autotune else ["alpha"]):
+        value = getattr(args, name)
+        if value < 0 or (value == 0 and name in positive):
+            fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
+    if not (0.0 <= args.gamma <= 1.0 and 0.0 < args.tau <= 1.0):
+        fail(f"--gamma must be in [0, 1] and --tau in (0, 1], got {args.gamma} and {args.tau}")
+    if args.total_timesteps <= args.learning_starts:
+        fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
+
+
+def use_device(args: Args) -> None:
+    """--cuda off: the CPU even where JAX has a GPU; --torch-deterministic: XLA's deterministic GPU kernels
+    (the flag is read when the GPU backend starts; the CPU's kernels are deterministic anyway)."""
+    if not args.cuda:
+        jax.config.update("jax_platforms", "cpu")
+    flag = "--xla_gpu_exclude_nondeterministic_ops=true"
+    if args.torch_deterministic and flag not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+
+
+def fail(message: str) -> None:
+    """A user's mistake: one line on stderr, exit code 2, no stack trace."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:
+    """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_name, save_code=True)
+        atexit.register(wandb.finish)
+    writer = SummaryWriter(f"runs/{run_name}")
+    # one point whose wall time is the run's start: time to a given return counts from it, set-up and
+    # compilation before the first logged value included
+    writer.add_scalar("charts/start", 0, 0, walltime=started)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    atexit.register(writer.close)  # registered last, runs first: before wandb.finish
+    return writer
+
+
+class Speed:
+    """`charts/SPS` over a window that starts `warmup_steps` after `start_step`, once the warm-up
+    (here: jit compilation) is over; `charts/warmup_time` is the time before it."""
+
+    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int):
+        self.writer, self.steps, self.times = writer, (start_step, start_step + warmup_steps), {}
+
+    def tick(self, step: int) -> None:
+        if step in self.steps:
+            self.times[step] = time.perf_counter()
+            if step == self.steps[1]:
+                self.writer.add_scalar("charts/warmup_time", self.times[step] - self.times[self.steps[0]], step)
+
+    def log(self, step: int) -> float | None:
+        if step <= self.steps[1] or self.steps[1] not in self.times:
+            return None
+        sps = (step - self.steps[1]) / (time.perf_counter() - self.times[self.steps[1]])
+        self.writer.add_scalar("charts/SPS", sps, step)
+        return sps
+
+
+if __name__ == "__main__":
+    try:
+        main(tyro.cli(Args))
+    except KeyboardInterrupt:
+        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
+        sys.exit(130)

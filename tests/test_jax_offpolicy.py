@@ -1,0 +1,241 @@
+"""The JAX twins of the off-policy pairs (SAC, TD3): a short run logs what the eager script logs, a seed
+gives the same numbers twice, the replay buffer cuts the bootstrap at terminations only, the first
+update's losses equal the eager script's from the same weights, batch and random draws, and both twins
+learn Pendulum as the PyTorch pair does (the same task, budget and threshold as test_offpolicy)."""
+
+import numpy as np
+import pytest
+import torch
+
+jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra (requirements/requirements-jax.txt)")
+import jax.numpy as jnp  # noqa: E402
+from helpers import assert_identical_logs, check_flag_run, load_script, run_script  # noqa: E402
+from test_offpolicy import LEARN, PAIRS, SHORT, THRESHOLD, eager  # noqa: E402  (the PyTorch pair's runs)
+
+
+def twin(pair: str) -> str:
+    return f"{pair}_continuous_action_jax"
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_short_run_logs_what_the_eager_script_logs(pair, cached_run):
+    run = cached_run(twin(pair), *SHORT)
+    check_flag_run(run, (twin(pair),), PAIRS[pair] + ["charts/episodic_return"], logs=3)
+    assert run.values("charts/warmup_time")
+    # every tag of the eager script's run, at the same steps (fps and warm-up included)
+    reference = cached_run(eager(pair), *SHORT).check()
+    steps = lambda r: {tag: [s for s, _ in points] for tag, points in r.scalars.items()}  # noqa: E731
+    assert steps(run) == steps(reference)
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_same_seed_same_numbers(pair, cached_run, tmp_path):
+    again = run_script(twin(pair), *SHORT, cwd=tmp_path).check()
+    assert_identical_logs(cached_run(twin(pair), *SHORT).check(), again)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", PAIRS)
+def test_learns_pendulum(pair, tmp_path):
+    run = run_script(twin(pair), *LEARN[pair], "--save-model", "--eval-episodes", "5", cwd=tmp_path).check()
+    last = run.values("charts/episodic_return")[-5:]
+    assert sum(last) / len(last) > THRESHOLD, f"last episodes: {last}"
+    # the checkpoint, converted to the eager script's state_dicts and played back by leanrl_utils/evals.py,
+    # swings the pendulum up as the trained policy did (a policy loaded wrong scores as a random one)
+    evaluated = run.values("eval/episodic_return")
+    assert len(evaluated) == 5 and sum(evaluated) / 5 > THRESHOLD, f"evaluation: {evaluated}, training: {last}"
+    # the eager script's checkpoint layout: the same keys, and the state_dicts of its own networks
+    # (test_contract compares a pair's two checkpoints; here the eager script's networks stand for its run)
+    checkpoint = torch.load(next(run.run_dir.glob("*.pt")), weights_only=True)
+    module = load_script(eager(pair))
+    env = module.make_env("Pendulum-v1", seed=0)
+    qnet = module.SoftQNetwork if pair == "sac" else module.QNetwork
+    nets = dict(actor=module.Actor(env), qf1=qnet(env), qf2=qnet(env))
+    assert sorted(checkpoint) == ["actor", "algo", "args", "qf1", "qf2"] and checkpoint["algo"] == pair
+    for name, net in nets.items():
+        assert {k: v.shape for k, v in checkpoint[name].items()} == {k: v.shape for k, v in net.state_dict().items()}
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_buffer_cuts_the_bootstrap_at_terminations_only(pair, tmp_path, monkeypatch):
+    """As test_offpolicy's check of the PyTorch buffers (InvertedPendulumShort-v4 is registered there):
+    a stored `done` marks a termination, never a truncation, and a truncated episode's last transition
+    keeps its true last observation. No update runs (learning starts at the last step): no compilation."""
+    module, buffers = load_script(twin(pair)), []
+    add = module.buffer_add
+
+    def recorded_add(*args):
+        buffers[:] = [add(*args)]
+        return buffers[0]
+
+    monkeypatch.setattr(module, "buffer_add", recorded_add)
+    monkeypatch.setenv("XLA_FLAGS", "")  # main adds its GPU determinism flag: restored after the test
+    monkeypatch.chdir(tmp_path)
+    module.main(module.Args(env_id="InvertedPendulumShort-v4", total_timesteps=300, learning_starts=299, seed=4))
+    data = {k: np.asarray(getattr(buffers[0], k)[:300]) for k in ("observations", "next_observations", "dones")}
+    fell = np.abs(data["next_observations"][:, 1]) > 0.2
+    assert data["dones"].flatten().astype(bool).tolist() == fell.tolist()
+    ends = ~(data["next_observations"][:-1] == data["observations"][1:]).all(1)
+    truncated = ends & ~fell[:-1]
+    assert fell.sum() >= 5 and truncated.sum() >= 5, (fell.sum(), truncated.sum())
+    assert (np.abs(data["observations"][1:][truncated]).max(1) <= 0.01).all()  # a reset state follows
+
+
+# The cross-framework check: the eager script runs in this process for 101 steps with learning from step
+# 99 on, so that its one update (at step 100, a policy step too) is the logged one; hooks record its
+# batch, its networks' initial weights, its random draws and what it logs. The twin's update functions
+# then run from the same weights on the same batch with the same draws.
+class Recorder:
+    """Stands in for the SummaryWriter: keeps the scalars, writes nothing."""
+
+    def __init__(self, *args, **kwargs):
+        self.scalars = {}
+
+    def add_scalar(self, tag, value, step, walltime=None):
+        self.scalars[tag] = float(value)
+
+    def add_text(self, *args, **kwargs):
+        pass
+
+    def close(self):
+        pass
+
+
+def run_eager_first_update(pair: str, monkeypatch, tmp_path, record_draw) -> dict:
+    """The eager script's first update, recorded: its batch, initial and updated weights, logged scalars
+    and the random draws that `record_draw` (a monkeypatch of the draw the update makes) appends to."""
+    module = load_script(eager(pair))
+    recorded = dict(nets=[], writers=[])
+
+    def recording(cls):
+        class Recorded(cls):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                recorded["nets"].append(self)  # the actor, then qf1 and qf2 (deep copies make the targets)
+
+        return Recorded
+
+    class Buffer(module.ReplayBuffer):
+        def sample(self, batch_size):
+            batch = super().sample(batch_size)
+            recorded["batch"] = {k: v.numpy().copy() for k, v in vars(batch).items()}
+            recorded["initial"] = [{k: v.clone() for k, v in net.state_dict().items()} for net in recorded["nets"]]
+            return batch
+
+    def writer(*args, **kwargs):
+        recorded["writers"].append(Recorder())
+        return recorded["writers"][-1]
+
+    for name in ("Actor", "SoftQNetwork" if pair == "sac" else "QNetwork"):
+        monkeypatch.setattr(module, name, recording(getattr(module, name)))
+    monkeypatch.setattr(module, "ReplayBuffer", Buffer)
+    monkeypatch.setattr(module, "SummaryWriter", writer)
+    monkeypatch.chdir(tmp_path)
+    record_draw()
+    module.main(module.Args(env_id="Pendulum-v1", total_timesteps=101, learning_starts=99, seed=7, cuda=False))
+    recorded["logged"] = recorded["writers"][0].scalars
+    recorded["updated"] = [net.state_dict() for net in recorded["nets"]]
+    return recorded
+
+
+def flax_params(state_dict: dict) -> dict:
+    """An eager network's state_dict as the twin's params: the kernel is torch's weight transposed."""
+    layers = [k[: -len(".weight")] for k in state_dict if k.endswith(".weight")]
+    return {"params": {layer: {"kernel": jnp.asarray(state_dict[f"{layer}.weight"].numpy().T),
+                               "bias": jnp.asarray(state_dict[f"{layer}.bias"].numpy())} for layer in layers}}
+
+
+def twin_setup(pair: str, recorded: dict):
+    """The twin's modules, update functions and train state around the eager script's initial weights."""
+    module = load_script(twin(pair))
+    args = module.Args(env_id="Pendulum-v1", total_timesteps=101, learning_starts=99, seed=7, cuda=False)
+    actor_sd, qf1_sd, qf2_sd = recorded["initial"]
+    actor = module.Actor(action_scale=actor_sd["action_scale"].numpy(), action_bias=actor_sd["action_bias"].numpy())
+    qnet = module.SoftQNetwork() if pair == "sac" else module.QNetwork()
+    qf_params = jax.tree.map(lambda a, b: jnp.stack([a, b]), flax_params(qf1_sd), flax_params(qf2_sd))
+    state = module.make_train_state(args, flax_params(actor_sd), qf_params)
+    batch = module.ReplayBuffer(**{k: jnp.asarray(v) for k, v in recorded["batch"].items()}, pos=0, size=0)
+    return module, args, actor, qnet, state, batch
+
+
+LOSS_TOLERANCE = dict(rtol=1e-5, atol=1e-6)  # float32 rounding, summed in another order
+WEIGHT_TOLERANCE = dict(rtol=1e-5, atol=1e-6)
+
+
+def assert_updated_weights(state, recorded: dict):
+    """The weights after the update equal the eager script's: Adam's first step moves each weight by
+    about lr * sign(gradient), so this checks the gradients' signs and the optimizer's arithmetic."""
+    actor_sd, qf1_sd, qf2_sd = recorded["updated"]
+    for name, params, sd in [("actor", state.actor_params, actor_sd),
+                             ("qf1", jax.tree.map(lambda p: p[0], state.qf_params), qf1_sd),
+                             ("qf2", jax.tree.map(lambda p: p[1], state.qf_params), qf2_sd)]:
+        expected = flax_params(sd)
+        for path, value in jax.tree_util.tree_leaves_with_path(params):
+            want = expected
+            for part in path:
+                want = want[part.key]
+            np.testing.assert_allclose(np.asarray(value), np.asarray(want), err_msg=f"{name} {path}", **WEIGHT_TOLERANCE)
+
+
+
+
+def test_sac_first_update_equals_the_eager_scripts(monkeypatch, tmp_path):
+    """The Gaussian draws of the eager script's reparameterised samples are recorded (Normal.rsample
+    written out, drawing its noise with torch.randn) and fed to the twin: the next actions' draw to the
+    critic update, then each of the two actor steps' draw and its alpha step's fresh draw to the actor
+    update. Compared: every logged loss and value (the actor and alpha losses are the second step's,
+    as logged), alpha after the two alpha steps, and the updated weights of the actor and both critics."""
+    draws = []
+
+    def rsample(self, sample_shape=()):
+        eps = torch.randn(self._extended_shape(sample_shape))
+        draws.append(eps.numpy().copy())
+        return self.loc + eps * self.scale
+
+    recorded = run_eager_first_update(
+        "sac", monkeypatch, tmp_path, lambda: monkeypatch.setattr(torch.distributions.Normal, "rsample", rsample))
+    update_draws = [d for d in draws if d.shape[0] > 1]  # those of the update, not of the acting steps
+    assert len(update_draws) == 5, [d.shape for d in draws]  # next actions, then (actor, alpha) twice
+
+    module, args, actor, qnet, state, batch = twin_setup("sac", recorded)
+    fns = module.make_update_fns(args, actor, qnet, target_entropy=-1.0)
+    state, info = jax.jit(fns.update_critic)(state, batch, update_draws[0])
+    update_actor = jax.jit(fns.update_actor)
+    for noise, alpha_noise in (update_draws[1:3], update_draws[3:5]):  # policy_frequency = 2 actor steps
+        state, actor_info = update_actor(state, batch.observations, noise, alpha_noise)
+    info |= actor_info
+    info["alpha"] = jnp.exp(state.log_alpha)
+
+    logged = recorded["logged"]
+    assert sorted(f"losses/{k}" for k in info) == sorted(k for k in logged if k.startswith("losses/"))
+    for name, value in info.items():
+        np.testing.assert_allclose(float(value), logged[f"losses/{name}"], **LOSS_TOLERANCE, err_msg=name)
+    assert_updated_weights(state, recorded)
+
+
+def test_td3_first_update_equals_the_eager_scripts(monkeypatch, tmp_path):
+    """The standard normal draw of the eager script's target policy smoothing (`torch.randn_like`) is
+    recorded and fed to the twin's critic update; the actor update draws nothing. Compared: every logged
+    loss and value, and the updated weights of the actor and both critics."""
+    draws, randn_like = [], torch.randn_like
+
+    def recording_randn_like(*args, **kwargs):
+        out = randn_like(*args, **kwargs)
+        draws.append(out.numpy().copy())
+        return out
+
+    recorded = run_eager_first_update(
+        "td3", monkeypatch, tmp_path, lambda: monkeypatch.setattr(torch, "randn_like", recording_randn_like))
+    assert len(draws) == 1 and draws[0].shape == (256, 1), [d.shape for d in draws]
+
+    module, args, actor, qnet, state, batch = twin_setup("td3", recorded)
+    fns = module.make_update_fns(args, actor, qnet, low=np.float32([-2.0]), high=np.float32([2.0]))
+    state, info = jax.jit(fns.update_critic)(state, batch, draws[0])
+    state, actor_info = jax.jit(fns.update_actor)(state, batch.observations)
+    info |= actor_info
+
+    logged = recorded["logged"]
+    assert sorted(f"losses/{k}" for k in info) == sorted(k for k in logged if k.startswith("losses/"))
+    for name, value in info.items():
+        np.testing.assert_allclose(float(value), logged[f"losses/{name}"], **LOSS_TOLERANCE, err_msg=name)
+    assert_updated_weights(state, recorded)
