@@ -15,7 +15,7 @@ import torch
 import tyro
 from helpers import Run, assert_identical_logs, check_flag_run, load_script, run_script, with_flag
 
-jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra: pip install -r requirements/requirements-jax.txt")
+jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra (requirements/requirements-jax.txt)")
 import jax.numpy as jnp  # noqa: E402
 import test_dqn  # noqa: E402  (the pairs' short runs, thresholds and frame-buffer trace: imported, not copied)
 from test_dqn import ATARI, ATARI_GREEDY, EVAL_THRESHOLD, GREEDY, LEARN, LOSSES, SHORT, THRESHOLD  # noqa: E402
@@ -258,7 +258,8 @@ def test_cartpole_buffer_writes_staged_steps_in_order():
     write = jax.jit(jax_twin.write, donate_argnums=0)
     for chunk in (1, 10, 3, 10, 7, 10):
         for _ in range(chunk):
-            step = (rng.normal(size=4), rng.normal(size=4), int(rng.integers(2)), float(rng.normal()), float(rng.integers(2)))
+            step = (rng.normal(size=4), rng.normal(size=4), int(rng.integers(2)), float(rng.normal()),
+                    float(rng.integers(2)))
             staged.add(*step)
             naive.append(step)
         rb = write(rb, *staged.take())
