@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The full eager-vs-optimized comparison: every script pair of leanrl/, the eager script once per
-# seed and the optimized one in each mode per seed, one run at a time, then the report.
+# The full comparison: every script pair of leanrl/, the eager script once per seed, the optimized one in
+# each mode per seed and the JAX twin (when JAX is installed), one run at a time, then the report.
 {  # the whole file is one block: bash reads it all before running, so a run of hours is not
    # thrown off by an edit or a git pull of run.sh meanwhile (bash reads scripts as it goes)
 set -uo pipefail
@@ -20,16 +20,17 @@ declare -A QUICK=(
   [dqn]="--total-timesteps 3000 --learning-starts 1000"
   [dqn_atari]="--total-timesteps 1500 --learning-starts 1000 --buffer-size 10000"
 )
-MODES=(eager none compile cudagraphs compile+cudagraphs)
+MODES=(eager none compile cudagraphs compile+cudagraphs jax)
 
 usage() {
   cat <<EOF
 usage: bash run.sh [options]
 
 Runs every selected script pair: the eager script once per seed, the optimized one in each mode
-(no flag, --compile, --cudagraphs, both) per seed, one run at a time, then writes the report
-(report.md and PNG plots) into the output folder. Without CUDA the --cudagraphs modes are skipped.
-A rerun skips the runs already complete; a failed run is reported and the others go on.
+(no flag, --compile, --cudagraphs, both) per seed, and the JAX twin (mode jax), one run at a time,
+then writes the report (report.md and PNG plots) into the output folder. Without CUDA the
+--cudagraphs modes are skipped; without JAX (pip install -r requirements/requirements-jax.txt) the
+JAX twins are. A rerun skips the runs already complete; a failed run is reported and the others go on.
 
 options:
   --scripts LIST   pairs to run, comma- or space-separated (default: all): ${PAIRS[*]}
@@ -89,6 +90,7 @@ for seed in "${seeds[@]}"; do [[ "$seed" =~ ^[0-9]+$ ]] || die "--seeds: '$seed'
 
 cuda=$("$PYTHON" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null) \
   || die "cannot import torch with '$PYTHON' (install the requirements first, see README)"
+jax=$("$PYTHON" -c "import jax, flax, optax" >/dev/null 2>&1 && echo 1 || echo 0)
 mkdir -p "$out/logs" || die "cannot create '$out'"
 out=$(cd "$out" && pwd)
 "$PYTHON" -c "import json, sys; sys.path.insert(0, '.'); from benchmarks.report import describe_machine; \
@@ -109,9 +111,14 @@ for pair in "${pairs[@]}"; do
         [ "$seed" = "${seeds[0]}" ] && echo "== ${EAGER[$pair]} $mode: skipped (no CUDA device)"
         continue
       fi
+      if [[ $mode == jax && $jax != 1 ]]; then
+        [ "$seed" = "${seeds[0]}" ] && echo "== ${EAGER[$pair]}_jax: skipped (JAX is not installed:" \
+          "pip install -r requirements/requirements-jax.txt)"
+        continue
+      fi
       script=${EAGER[$pair]} flags=()
-      [ "$mode" = eager ] || script+=_torchcompile
-      [[ $mode == *compile* && $mode != cudagraphs ]] && flags+=(--compile)
+      case "$mode" in eager) ;; jax) script+=_jax ;; *) script+=_torchcompile ;; esac
+      [[ $mode == compile || $mode == compile+cudagraphs ]] && flags+=(--compile)
       [[ $mode == *cudagraphs* ]] && flags+=(--cudagraphs)
       extra=""
       [ $quick = 1 ] && extra=${QUICK[$pair]}

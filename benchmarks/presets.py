@@ -9,11 +9,11 @@ import shlex
 import sys
 from pathlib import Path
 
-# pair -> its eager script (the optimized one adds _torchcompile)
+# pair -> its eager script (the optimized one adds _torchcompile, the JAX twin _jax)
 PAIRS = {"sac": "sac_continuous_action", "td3": "td3_continuous_action", "ppo_continuous": "ppo_continuous_action",
          "ppo_atari": "ppo_atari_envpool", "dqn": "dqn", "dqn_atari": "dqn_atari_envpool"}
 PRESETS = Path(__file__).with_name("presets.json")
-MODES = ["eager", "none", "compile", "cudagraphs", "compile+cudagraphs"]
+MODES = ["eager", "none", "compile", "cudagraphs", "compile+cudagraphs", "jax"]
 
 
 def read() -> dict:

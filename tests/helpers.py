@@ -136,14 +136,23 @@ def run_in_process(script: str, *args: str, cwd: Path) -> Run:
     return Run(code, out.getvalue(), err.getvalue(), cwd)
 
 
+_WITH_CTRL_C = """
+import runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def interrupt_script(script: str, *args: str, cwd: Path, after_step: int, timeout: float = 300) -> Run:
     """Start a run, send SIGINT once its progress bar has passed `after_step`, wait for it to exit."""
     cwd.mkdir(parents=True, exist_ok=True)
     # a shell without job control starts background jobs with SIGINT ignored, and a Python started so
-    # never raises KeyboardInterrupt: the child gets the default disposition back, as in a terminal
-    proc = subprocess.Popen(script_cmd(script, *args), cwd=cwd, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # never raises KeyboardInterrupt: the child puts Python's own handler back first, as in a terminal
+    # (set in the child rather than by a preexec_fn: forking a test process that has loaded JAX, whose
+    # threads are running, can deadlock the child)
+    proc = subprocess.Popen([sys.executable, "-c", _WITH_CTRL_C, *script_cmd(script, *args)[1:]], cwd=cwd, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         return _interrupt(proc, cwd, after_step, timeout)
     finally:

@@ -173,12 +173,17 @@ def test_save_model_loads_back_and_acts(script, cached_run):
     assert len(returns) == 1 and math.isfinite(returns[0])
 
 
-@pytest.mark.parametrize("eager", [s for s in SCRIPTS if not s.endswith("_torchcompile")])
-def test_both_scripts_of_a_pair_save_the_same_checkpoint(eager, cached_run):
-    """A model saved by either script loads the same way: same algorithm, same networks, same tensor names
-    and shapes (the optimized SAC and TD3 keep their critics stacked, and save them apart)."""
+TWINS = [(s.removesuffix("_jax"), s) if s.endswith("_jax") else (s, f"{s}_torchcompile")
+         for s in SCRIPTS if not s.endswith("_torchcompile") and (s.endswith("_jax") or f"{s}_torchcompile" in SCRIPTS)]
+
+
+@pytest.mark.parametrize("eager,twin", TWINS, ids=[twin for _, twin in TWINS])
+def test_every_twin_saves_the_eager_script_s_checkpoint(eager, twin, cached_run):
+    """A model saved by any script of a pair loads the same way: same algorithm, same networks, same tensor
+    names and shapes (the optimized SAC and TD3 keep their critics stacked, and save them apart; the JAX
+    twins convert their parameters to the eager script's layout)."""
     a, b = (torch.load(next(saved_and_tracked(s, cached_run).run_dir.glob("*.pt")), weights_only=True)
-            for s in (eager, f"{eager}_torchcompile"))
+            for s in (eager, twin))
     assert sorted(a) == sorted(b) and a["algo"] == b["algo"]
     for key in a:
         if isinstance(a[key], dict) and key != "args":
