@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from leanrl_utils.evals import SCRIPT_DIR as SCRIPTS  # noqa: F401  (the scripts' folder, for the tests)
-from leanrl_utils.evals import script as load_script  # noqa: F401  (one loader for evals, benchmarks, tests)
+from leanrl_utils.scripts import script as load_script  # noqa: F401  (one loader for evals, benchmarks, tests)
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -30,7 +30,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import load_script, write_results  # noqa: E402
-from benchmarks.events import read_scalars  # noqa: E402
+from leanrl_utils.events import read_scalars  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = {"eager": "ppo_atari_envpool_multigpu", "compile": "ppo_atari_envpool_multigpu_torchcompile"}

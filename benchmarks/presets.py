@@ -9,9 +9,9 @@ import shlex
 import sys
 from pathlib import Path
 
-# pair -> its eager script (the optimized one adds _torchcompile, the JAX twin _jax)
-PAIRS = {"sac": "sac_continuous_action", "td3": "td3_continuous_action", "ppo_continuous": "ppo_continuous_action",
-         "ppo_atari": "ppo_atari_envpool", "dqn": "dqn", "dqn_atari": "dqn_atari_envpool"}
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from leanrl_utils.scripts import PAIRS  # noqa: E402  (pair -> its eager script)
+
 PRESETS = Path(__file__).with_name("presets.json")
 MODES = ["eager", "none", "compile", "cudagraphs", "compile+cudagraphs", "jax"]
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.events import RunLog, read_run  # noqa: E402
+from leanrl_utils.events import RunLog, read_run  # noqa: E402
 from benchmarks.presets import PAIRS  # noqa: E402
 
 MODES = ["eager", "none", "compile", "cudagraphs", "compile+cudagraphs", "jax"]

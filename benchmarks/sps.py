@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from benchmarks.common import write_results  # noqa: E402
-from benchmarks.events import read_scalars  # noqa: E402
+from leanrl_utils.events import read_scalars  # noqa: E402
 
 
 def run_once(config: str, common: list[str], steps: int, env_id: str | None, workdir: Path) -> dict:

@@ -1,6 +1,6 @@
 """Load back a policy saved with `--save-model`, and play it.
 
-This is the one helper module the contract allows (CleanRL's `cleanrl_utils/evals`),
+This is the one helper module the contract (CONTRIBUTING.md) allows (CleanRL's `cleanrl_utils/evals`),
 kept beside `leanrl/` so that every file there is a script: the scripts import it only
 under `--save-model`, so that a script copied alone still trains. A checkpoint names its algorithm; the policy is rebuilt with the eager
 script's classes, so a model saved by either script of a pair loads the same way.
@@ -10,31 +10,15 @@ script's classes, so a model saved by either script of a pair loads the same way
     returns = evaluate("runs/<run>/sac_continuous_action.pt", eval_episodes=5)
 """
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-# algorithm -> the eager script whose classes rebuild its policy
-SCRIPTS = {"sac": "sac_continuous_action", "td3": "td3_continuous_action", "ppo_continuous": "ppo_continuous_action",
-           "ppo_atari": "ppo_atari_envpool", "dqn": "dqn", "dqn_atari": "dqn_atari_envpool"}
-SCRIPT_DIR = Path(__file__).resolve().parents[1] / "leanrl"
+from leanrl_utils.scripts import PAIRS, script
+
 EVAL_EPSILON = 0.05  # DQN plays ε-greedy with a small ε, as CleanRL's evaluation does
-
-
-def script(name: str):
-    """A script of leanrl/ as a module, built once per process (its training loop runs only under
-    __main__). It is registered in sys.modules before it runs: compiled code looks its globals up there."""
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT_DIR / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def load_policy(model_path: str, device: str | torch.device = "cpu"):
@@ -45,7 +29,7 @@ def load_policy(model_path: str, device: str | torch.device = "cpu"):
 
 def _load(checkpoint: dict, device):
     algo, saved = checkpoint["algo"], checkpoint["args"]
-    module = script(SCRIPTS[algo])
+    module = script(PAIRS[algo])
     if algo in ("sac", "td3"):
         env = module.make_env(saved["env_id"], seed=0)
         policy = module.Actor(env)
@@ -90,7 +74,7 @@ def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: st
     checkpoint = torch.load(model_path, map_location=device, weights_only=True)
     policy, saved, obs_rms = _load(checkpoint, device)
     algo = checkpoint["algo"]
-    module = script(SCRIPTS[algo])
+    module = script(PAIRS[algo])
     returns = []
     with torch.no_grad():
         if algo in ("sac", "td3", "dqn"):

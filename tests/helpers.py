@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import REPO, SCRIPTS, load_script  # noqa: E402, F401  (load_script: for the tests)
-from benchmarks.events import read_scalars  # noqa: E402
+from leanrl_utils.events import read_scalars  # noqa: E402
+from leanrl_utils.scripts import SCRIPT_DIR, script as load_script  # noqa: E402, F401  (load_script: for the tests)
+
+REPO = SCRIPT_DIR.parent
 # The CPU suite runs on the CPU on every machine, a GPU machine included: its checks (the --cudagraphs
 # fallback warning, compiled code drawing eager's random numbers) are the CPU's. conftest.py hides CUDA from
 # the test processes before torch looks, keeping the user's setting in LEANRL_TEST_CUDA_VISIBLE_DEVICES;
@@ -97,7 +99,7 @@ def with_flag(args: list[str], flag: str, value: str) -> list[str]:
 
 
 def script_cmd(script: str, *args: str) -> list[str]:
-    return [sys.executable, str(SCRIPTS / f"{script}.py"), *args]
+    return [sys.executable, str(SCRIPT_DIR / f"{script}.py"), *args]
 
 
 def run_script(script: str, *args: str, cwd: Path, timeout: float = 900) -> Run:
@@ -121,7 +123,7 @@ def run_in_process(script: str, *args: str, cwd: Path) -> Run:
     out, err, code, here, argv = io.StringIO(), io.StringIO(), 0, os.getcwd(), sys.argv
     try:
         os.chdir(cwd)
-        sys.argv = [str(SCRIPTS / f"{script}.py"), *args]
+        sys.argv = [str(SCRIPT_DIR / f"{script}.py"), *args]
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 module.main(tyro.cli(module.Args, args=list(args)))

@@ -87,7 +87,7 @@ SPECS = {
     "ppo_atari_envpool_jax": Spec(
         **ATARI, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "63"), ("--learning-rate", "0")]),
 }
-SCRIPTS = sorted(SPECS)
+CHECKED = sorted(SPECS)
 ONE_LINE_ERROR = re.compile(r"^\S+: error: .+\n?$")
 
 
@@ -100,7 +100,7 @@ def assert_user_error(run, flag: str):
     assert not (run.cwd / "runs").exists(), "a run folder was written before the input was checked"
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", CHECKED)
 def test_help_lists_every_flag(script, tmp_path):
     run = run_in_process(script, "--help", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
@@ -114,13 +114,13 @@ def test_help_lists_every_flag(script, tmp_path):
 
 # Bad input: one real process per script (its exit code and stderr as a user sees them), then the other
 # cases in this process (the same main() and checks, without a new interpreter's seconds of start-up).
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", CHECKED)
 def test_unknown_env_id(script, tmp_path):
     run = run_script(script, "--env-id", "NoSuchEnv-v9", cwd=tmp_path)
     assert_user_error(run, "--env-id")
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", CHECKED)
 def test_unsupported_action_space(script, tmp_path):
     env_id, word = SPECS[script].wrong_space
     run = run_in_process(script, "--env-id", env_id, cwd=tmp_path)
@@ -128,13 +128,13 @@ def test_unsupported_action_space(script, tmp_path):
     assert word in run.stderr
 
 
-@pytest.mark.parametrize("script,flag,value", [(s, f, v) for s in SCRIPTS for f, v in SPECS[s].bad_sizes])
+@pytest.mark.parametrize("script,flag,value", [(s, f, v) for s in CHECKED for f, v in SPECS[s].bad_sizes])
 def test_bad_sizes(script, flag, value, tmp_path):
     run = run_in_process(script, *SPECS[script].short, flag, value, cwd=tmp_path)
     assert_user_error(run, flag)
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", CHECKED)
 def test_ctrl_c_keeps_the_logs(script, tmp_path):
     spec = SPECS[script]
     args = with_flag(spec.short, "--total-timesteps", "1000000")
@@ -161,7 +161,7 @@ def saved_and_tracked(script, cached_run):
     return cached_run(script, *SPECS[script].short, "--save-model", "--eval-episodes", "2", "--track").check()
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", CHECKED)
 def test_save_model_loads_back_and_acts(script, cached_run):
     run = saved_and_tracked(script, cached_run)
     models = list(run.run_dir.glob("*.pt"))
@@ -174,7 +174,7 @@ def test_save_model_loads_back_and_acts(script, cached_run):
 
 
 TWINS = [(s.removesuffix("_jax"), s) if s.endswith("_jax") else (s, f"{s}_torchcompile")
-         for s in SCRIPTS if not s.endswith("_torchcompile") and (s.endswith("_jax") or f"{s}_torchcompile" in SCRIPTS)]
+         for s in CHECKED if not s.endswith("_torchcompile") and (s.endswith("_jax") or f"{s}_torchcompile" in CHECKED)]
 
 
 @pytest.mark.parametrize("eager,twin", TWINS, ids=[twin for _, twin in TWINS])
@@ -191,7 +191,7 @@ def test_every_twin_saves_the_eager_script_s_checkpoint(eager, twin, cached_run)
             assert layout(a[key]) == layout(b[key]), key
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", CHECKED)
 def test_track_offline_holds_the_scalars(script, cached_run):
     run = saved_and_tracked(script, cached_run)
     offline = list((run.cwd / "wandb").glob("offline-run-*/run-*.wandb"))
@@ -201,18 +201,18 @@ def test_track_offline_holds_the_scalars(script, cached_run):
         assert len(history.get(tag, [])) == len(points), f"{tag}: {len(points)} logged, {history.get(tag)} in wandb"
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", CHECKED)
 def test_no_placeholder_is_left_in_a_script(script):
     """A docstring or comment left as a placeholder (a `SOMETHING_NOTE`, a TODO) reads as a finished sentence
     to nobody."""
-    from helpers import SCRIPTS as SCRIPT_DIR
+    from helpers import SCRIPT_DIR
 
     text = (SCRIPT_DIR / f"{script}.py").read_text()
     assert not re.findall(r"\b[A-Z]{3,}_NOTE\b|\bTODO\b|\bFIXME\b|\bXXX\b", text)
 
 
 def test_every_script_has_a_spec():
-    from helpers import SCRIPTS as SCRIPT_DIR
+    from helpers import SCRIPT_DIR
 
     scripts = sorted(p.stem for p in SCRIPT_DIR.glob("*.py"))
-    assert scripts == SCRIPTS, "add the new script to SPECS"
+    assert scripts == CHECKED, "add the new script to SPECS"

@@ -23,10 +23,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import GPU_ENV, MODES, PPO_LOSSES, SCRIPTS, Run, RunCache, assert_close_logs, cuda_device_count, \
+from helpers import GPU_ENV, MODES, PPO_LOSSES, SCRIPT_DIR, Run, RunCache, assert_close_logs, cuda_device_count, \
     log_differences, with_flag
 from test_dqn import ATARI_GREEDY as DQN_ATARI_GREEDY, GREEDY as DQN_GREEDY
-from test_offpolicy import LEARN as OFF_POLICY_LEARN, PAIRS as OFF_POLICY_TAGS, SHORT as OFF_POLICY, \
+from test_offpolicy import LEARN as OFF_POLICY_LEARN, TAGS as OFF_POLICY_TAGS, SHORT as OFF_POLICY, \
     THRESHOLD as OFF_POLICY_THRESHOLD
 from test_ppo_atari import SHORT as PPO_ATARI
 from test_ppo_continuous import LEARN as PPO_LEARN, SHORT as PPO_CONTINUOUS, THRESHOLD as PPO_THRESHOLD
@@ -44,7 +44,7 @@ def longer(args, total: int, **flags) -> tuple[str, ...]:
     return tuple(args)
 
 
-PAIRS = {  # eager script, optimized script, run, tags compared, the last step compared, graphs the script makes
+RUNS = {  # eager script, optimized script, run, tags compared, the last step compared, graphs the script makes
     "sac": ("sac_continuous_action", "sac_continuous_action_torchcompile", OFF_POLICY, OFF_POLICY_TAGS["sac"], 300, 4),
     "td3": ("td3_continuous_action", "td3_continuous_action_torchcompile", OFF_POLICY, OFF_POLICY_TAGS["td3"], 300, 4),
     # 8 iterations (the CPU test's 4 would capture GAE at its last call); compared over the first 4
@@ -108,7 +108,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def launch(mode: str, script: str, *args: str, cwd: Path, timeout: float = 1800) -> Run:
     cwd.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-c", LAUNCH, mode, str(SCRIPTS / f"{script}.py"), *args]
+    cmd = [sys.executable, "-c", LAUNCH, mode, str(SCRIPT_DIR / f"{script}.py"), *args]
     proc = subprocess.run(cmd, cwd=cwd, env=GPU_ENV, capture_output=True, text=True, timeout=timeout)
     return Run(proc.returncode, proc.stdout, proc.stderr, cwd)
 
@@ -126,13 +126,13 @@ def gpu_runs(tmp_path_factory):
             for mode in ("user", "fallback")}
 
 
-CASES = [(pair, mode) for pair in PAIRS for mode in MODES]
+CASES = [(pair, mode) for pair in RUNS for mode in MODES]
 IDS = [f"{pair} {' '.join(mode) or 'no flag'}" for pair, mode in CASES]
 
 
 @pytest.mark.parametrize("pair,mode", CASES, ids=IDS)
 def test_every_mode_runs_on_cuda_logs_and_replays_its_graphs(pair, mode, gpu_runs):
-    _, fast, args, tags, _, graphs = PAIRS[pair]
+    _, fast, args, tags, _, graphs = RUNS[pair]
     result = gpu_runs["user"](fast, *args, *mode).check()
     assert all(result.values(tag) for tag in tags + ["charts/SPS"]), sorted(result.scalars)
     counts = replays(result)
@@ -144,12 +144,12 @@ def test_every_mode_runs_on_cuda_logs_and_replays_its_graphs(pair, mode, gpu_run
 
 @pytest.mark.parametrize("pair,mode", CASES, ids=IDS)
 def test_first_updates_match_the_eager_twin(pair, mode, gpu_runs):
-    eager, fast, args, tags, upto, _ = PAIRS[pair]
+    eager, fast, args, tags, upto, _ = RUNS[pair]
     reference, optimized = gpu_runs["fallback"](eager, *args).check(), gpu_runs["fallback"](fast, *args, *mode).check()
     assert_close_logs(optimized, reference, tags, upto_step=upto, **TOL)
 
 
-STALE = [(pair, mode) for pair in PAIRS for mode in GRAPH_MODES]
+STALE = [(pair, mode) for pair in RUNS for mode in GRAPH_MODES]
 
 
 @pytest.mark.parametrize("pair,mode", STALE, ids=[f"{p} {' '.join(m)}" for p, m in STALE])
@@ -157,7 +157,7 @@ def test_a_graph_that_replays_stale_inputs_fails_the_comparison(pair, mode, gpu_
     """The comparison above can fail: with the graphs' input copies switched off, each replay reads the
     inputs it was captured with. The stale run logs every tag at the eager twin's steps (it ran), and some
     value leaves the tolerance."""
-    eager, fast, args, tags, upto, _ = PAIRS[pair]
+    eager, fast, args, tags, upto, _ = RUNS[pair]
     stale = launch("stale", fast, *args, *mode, cwd=tmp_path).check()
     assert max(replays(stale)) >= 2
     differences = log_differences(stale, gpu_runs["fallback"](eager, *args).check(), tags, upto_step=upto, **TOL)

@@ -22,18 +22,18 @@ from test_dqn import ATARI, ATARI_GREEDY, EVAL_THRESHOLD, GREEDY, LEARN, LOSSES,
 
 from leanrl_utils import evals  # noqa: E402  (helpers puts the repository root on the path)
 
-PAIRS = {"dqn_jax": "dqn", "dqn_atari_envpool_jax": "dqn_atari_envpool"}
+EAGER_OF = {"dqn_jax": "dqn", "dqn_atari_envpool_jax": "dqn_atari_envpool"}
 # each twin's short run, as test_dqn runs its pair: CartPole logs its losses 9 times, Breakout 7 times
 SHORT_RUNS = {"dqn_jax": (SHORT, 9), "dqn_atari_envpool_jax": (ATARI, 7)}
 TIMINGS = ("charts/SPS", "charts/warmup_time")
 
 
-@pytest.mark.parametrize("twin", PAIRS)
+@pytest.mark.parametrize("twin", EAGER_OF)
 def test_short_run_logs_what_the_eager_script_logs(twin, cached_run):
     """Every tag the eager script logs, the same number of times at the same steps (the losses, ε, fps, the
     warm-up, the run's start); episodes at every game's end."""
     args, logs = SHORT_RUNS[twin]
-    run, eager = cached_run(twin, *args), cached_run(PAIRS[twin], *args).check()
+    run, eager = cached_run(twin, *args), cached_run(EAGER_OF[twin], *args).check()
     check_flag_run(run, (twin,), LOSSES, logs=logs)
     assert sorted(run.scalars) == sorted(eager.scalars)
     for tag in LOSSES + list(TIMINGS) + ["charts/start"]:
@@ -43,7 +43,7 @@ def test_short_run_logs_what_the_eager_script_logs(twin, cached_run):
         assert len(run.values("charts/episodic_return")) > 20
 
 
-@pytest.mark.parametrize("twin", PAIRS)
+@pytest.mark.parametrize("twin", EAGER_OF)
 def test_same_seed_same_numbers(twin, cached_run, tmp_path):
     args = SHORT_RUNS[twin][0]
     assert_identical_logs(cached_run(twin, *args).check(), run_script(twin, *args, cwd=tmp_path).check())
@@ -147,7 +147,7 @@ def run_main(module, args, cwd) -> tuple[Run, dict]:
                          ids=["cartpole-exploring", "cartpole-greedy", "atari-exploring", "atari-greedy"])
 def test_first_update_matches_the_eager_script(twin, args, monkeypatch, tmp_path):
     args = args + ("--save-model",)
-    eager, jax_twin = load_script(PAIRS[twin]), load_script(twin)
+    eager, jax_twin = load_script(EAGER_OF[twin]), load_script(twin)
     monkeypatch.setattr(evals, "evaluate", lambda *a, **k: [])  # the checkpoints are compared, not played
     recorded = {}
 
@@ -208,12 +208,12 @@ def test_first_update_matches_the_eager_script(twin, args, monkeypatch, tmp_path
         np.testing.assert_allclose(twin_weights[key].numpy(), weight.numpy(), rtol=0, atol=1e-6, err_msg=key)
 
 
-@pytest.mark.parametrize("twin", PAIRS)
+@pytest.mark.parametrize("twin", EAGER_OF)
 def test_checkpoint_conversion_plays_as_the_flax_network(twin):
     """The flax params, converted to the eager script's state_dict, load into its QNetwork: the same Q-values
     and greedy actions on the same observations (CartPole: random states; Atari: random uint8 frames, which
     catch a wrong flatten order); and the conversion back gives the params again."""
-    eager, jax_twin = load_script(PAIRS[twin]), load_script(twin)
+    eager, jax_twin = load_script(EAGER_OF[twin]), load_script(twin)
     rng = np.random.default_rng(0)
     if twin == "dqn_jax":
         env, obs = eager.make_env("CartPole-v1", seed=0), rng.normal(size=(64, 4)).astype(np.float32)

@@ -10,17 +10,17 @@ import torch
 jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra (requirements/requirements-jax.txt)")
 import jax.numpy as jnp  # noqa: E402
 from helpers import assert_identical_logs, check_flag_run, load_script, run_script  # noqa: E402
-from test_offpolicy import LEARN, PAIRS, SHORT, THRESHOLD, eager  # noqa: E402  (the PyTorch pair's runs)
+from test_offpolicy import LEARN, TAGS, SHORT, THRESHOLD, eager  # noqa: E402  (the PyTorch pair's runs)
 
 
 def twin(pair: str) -> str:
     return f"{pair}_continuous_action_jax"
 
 
-@pytest.mark.parametrize("pair", PAIRS)
+@pytest.mark.parametrize("pair", TAGS)
 def test_short_run_logs_what_the_eager_script_logs(pair, cached_run):
     run = cached_run(twin(pair), *SHORT)
-    check_flag_run(run, (twin(pair),), PAIRS[pair] + ["charts/episodic_return"], logs=3)
+    check_flag_run(run, (twin(pair),), TAGS[pair] + ["charts/episodic_return"], logs=3)
     assert run.values("charts/warmup_time")
     # every tag of the eager script's run, at the same steps (fps and warm-up included)
     reference = cached_run(eager(pair), *SHORT).check()
@@ -28,14 +28,14 @@ def test_short_run_logs_what_the_eager_script_logs(pair, cached_run):
     assert steps(run) == steps(reference)
 
 
-@pytest.mark.parametrize("pair", PAIRS)
+@pytest.mark.parametrize("pair", TAGS)
 def test_same_seed_same_numbers(pair, cached_run, tmp_path):
     again = run_script(twin(pair), *SHORT, cwd=tmp_path).check()
     assert_identical_logs(cached_run(twin(pair), *SHORT).check(), again)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pair", PAIRS)
+@pytest.mark.parametrize("pair", TAGS)
 def test_learns_pendulum(pair, tmp_path):
     run = run_script(twin(pair), *LEARN[pair], "--save-model", "--eval-episodes", "5", cwd=tmp_path).check()
     last = run.values("charts/episodic_return")[-5:]
@@ -56,7 +56,7 @@ def test_learns_pendulum(pair, tmp_path):
         assert {k: v.shape for k, v in checkpoint[name].items()} == {k: v.shape for k, v in net.state_dict().items()}
 
 
-@pytest.mark.parametrize("pair", PAIRS)
+@pytest.mark.parametrize("pair", TAGS)
 def test_buffer_cuts_the_bootstrap_at_terminations_only(pair, tmp_path, monkeypatch):
     """As test_offpolicy's check of the PyTorch buffers (InvertedPendulumShort-v4 is registered there):
     a stored `done` marks a termination, never a truncation, and a truncated episode's last transition

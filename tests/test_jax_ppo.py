@@ -26,17 +26,17 @@ from test_ppo_continuous import SHORT as CONTINUOUS_SHORT  # noqa: E402
 
 CONTINUOUS, CONTINUOUS_JAX = "ppo_continuous_action", "ppo_continuous_action_jax"
 ATARI, ATARI_JAX = "ppo_atari_envpool", "ppo_atari_envpool_jax"
-PAIRS = {CONTINUOUS_JAX: (CONTINUOUS, CONTINUOUS_SHORT), ATARI_JAX: (ATARI, ATARI_SHORT)}
+TWINS = {CONTINUOUS_JAX: (CONTINUOUS, CONTINUOUS_SHORT), ATARI_JAX: (ATARI, ATARI_SHORT)}
 GAMES = ["charts/episodic_return", "charts/episodic_length"]
 
 
 # --- short runs: what is logged, and the same numbers twice --------------------------------------
 
-@pytest.mark.parametrize("script", sorted(PAIRS))
+@pytest.mark.parametrize("script", sorted(TWINS))
 def test_short_run_logs_what_the_eager_script_logs(script, cached_run):
     """The eager script's tags, each as many times (the games played differ with the random numbers:
     on Atari only their tags are compared); fps after the jit warm-up."""
-    eager_script, short = PAIRS[script]
+    eager_script, short = TWINS[script]
     run, eager = cached_run(script, *short), cached_run(eager_script, *short).check()
     check_flag_run(run, (script,), PPO_LOSSES, logs=4)
     assert len(run.values("charts/SPS")) == 3 and len(run.values("charts/warmup_time")) == 1
@@ -46,9 +46,9 @@ def test_short_run_logs_what_the_eager_script_logs(script, cached_run):
             assert [s for s, _ in run.scalars[tag]] == [s for s, _ in eager.scalars[tag]], tag
 
 
-@pytest.mark.parametrize("script", sorted(PAIRS))
+@pytest.mark.parametrize("script", sorted(TWINS))
 def test_same_seed_same_numbers(script, cached_run, tmp_path):
-    short = PAIRS[script][1]
+    short = TWINS[script][1]
     again = run_script(script, *short, cwd=tmp_path).check()
     assert_identical_logs(cached_run(script, *short).check(), again)
 
@@ -56,7 +56,7 @@ def test_same_seed_same_numbers(script, cached_run, tmp_path):
 # --- GAE ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("script", sorted(PAIRS))
+@pytest.mark.parametrize("script", sorted(TWINS))
 def test_gae_matches_its_definition_and_the_eager_script(script, seed):
     """The reverse lax.scan against GAE's definition (test_ppo_continuous's reference, float64) and
     against the eager script's loop on the same rewards, values and dones."""
@@ -67,7 +67,7 @@ def test_gae_matches_its_definition_and_the_eager_script(script, seed):
                                                                             next_done)), 0.99, 0.95)
     np.testing.assert_allclose(np.asarray(ours), expected, rtol=1e-5, atol=1e-5)
     t = lambda a: torch.tensor(f32(a))  # noqa: E731
-    eager = load_script(PAIRS[script][0]).compute_gae(t(rewards), t(values), t(dones), t(next_value)[None],
+    eager = load_script(TWINS[script][0]).compute_gae(t(rewards), t(values), t(dones), t(next_value)[None],
                                                       t(next_done), 0.99, 0.95)
     np.testing.assert_allclose(np.asarray(ours), eager.numpy(), rtol=1e-6, atol=1e-6)
 
@@ -265,12 +265,12 @@ def test_atari_update_matches_the_eager_script(monkeypatch, tmp_path):
 
 # --- the checkpoint -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("script", sorted(PAIRS))
+@pytest.mark.parametrize("script", sorted(TWINS))
 def test_checkpoint_loads_into_the_eager_agent_and_computes_the_same(script):
     """to_torch_state_dict gives the eager Agent's state_dict layout (names, order, shapes), and the eager
     Agent loaded with it computes the twin's outputs: for Atari this checks the OIHW conversion and the
     first Dense layer's NHWC -> NCHW input order on real frames."""
-    module, eager = load_script(script), load_script(PAIRS[script][0])
+    module, eager = load_script(script), load_script(TWINS[script][0])
     key = jax.random.PRNGKey(0)
     if script == CONTINUOUS_JAX:
         envs = eager.make_envs(eager.Args(env_id="Pendulum-v1"), "", num_envs=1)

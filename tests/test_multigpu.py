@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import ENV, GPU_ENV, MODES, SCRIPTS, Run, RunCache, assert_close_logs, cuda_device_count, load_script, \
+from helpers import ENV, GPU_ENV, MODES, SCRIPT_DIR, Run, RunCache, assert_close_logs, cuda_device_count, load_script, \
     with_flag
 
 EAGER, FAST = "ppo_atari_envpool_multigpu", "ppo_atari_envpool_multigpu_torchcompile"
@@ -122,7 +122,7 @@ def free_port() -> int:
 
 def torchrun(script, *args, cwd, nproc=2, probe=True, timeout=TIMEOUT, env=ENV) -> Run:
     cwd.mkdir(parents=True, exist_ok=True)
-    target = [str(SCRIPTS / f"{script}.py")]
+    target = [str(SCRIPT_DIR / f"{script}.py")]
     if probe:
         (cwd / "probe.py").write_text(PROBE)
         target = [str(cwd / "probe.py"), *target]
@@ -215,7 +215,7 @@ def test_two_launchers_meet_through_c10d_rendezvous(tmp_path):
         cwd.mkdir()
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
                "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=leanrl-test",
-               str(SCRIPTS / f"{EAGER}.py"), *SHORT]
+               str(SCRIPT_DIR / f"{EAGER}.py"), *SHORT]
         launchers.append(subprocess.Popen(cmd, cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for node, p in enumerate(launchers):
         _, err = p.communicate(timeout=TIMEOUT)
@@ -232,7 +232,7 @@ def kill_rank_1(script: str, mode: tuple[str, ...], cwd, env=ENV, timeout: float
     for rank in (0, 1):
         rank_env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "RANK": str(rank),
                     "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2"}
-        procs.append(subprocess.Popen([sys.executable, str(SCRIPTS / f"{script}.py"), *args, *mode], cwd=cwd,
+        procs.append(subprocess.Popen([sys.executable, str(SCRIPT_DIR / f"{script}.py"), *args, *mode], cwd=cwd,
                                       env=rank_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
         deadline = time.monotonic() + 300
@@ -289,7 +289,7 @@ def test_nccl_without_cuda_is_refused_in_one_line(script, tmp_path):
     """A single rank and two ranks under torchrun: each stops with one line naming --backend, exit code 2,
     before any collective (torch's 'Distributed package doesn't have NCCL built in' never shows)."""
     args = (*SHORT, "--backend", "nccl")
-    single = subprocess.run([sys.executable, str(SCRIPTS / f"{script}.py"), *args], cwd=tmp_path, env=ENV,
+    single = subprocess.run([sys.executable, str(SCRIPT_DIR / f"{script}.py"), *args], cwd=tmp_path, env=ENV,
                             capture_output=True, text=True, timeout=TIMEOUT)
     assert single.returncode == 2 and "Traceback" not in single.stderr, single.stderr[-2000:]
     assert single.stderr.strip().splitlines()[-1].startswith(f"{script}.py: error: --backend nccl:")

@@ -11,7 +11,7 @@ from helpers import assert_close_logs, assert_identical_logs, check_flag_run, fl
 SHORT = ("--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-starts", "200", "--seed", "3")
 Q_LOSSES = ["losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss", "losses/qf_loss",
             "losses/actor_loss"]
-PAIRS = {
+TAGS = {
     "sac": Q_LOSSES + ["losses/alpha", "losses/alpha_loss"],
     "td3": Q_LOSSES,
 }
@@ -25,13 +25,13 @@ def fast(pair: str) -> str:
     return f"{pair}_continuous_action_torchcompile"
 
 
-CONFIGS = [(pair, config) for pair in PAIRS for config in flag_configs(eager(pair), fast(pair))]
+CONFIGS = [(pair, config) for pair in TAGS for config in flag_configs(eager(pair), fast(pair))]
 
 
 @pytest.mark.parametrize("pair,config", CONFIGS, ids=[" ".join(c) for _, c in CONFIGS])
 def test_every_flag_combination_runs_and_logs(pair, config, cached_run):
     run = cached_run(*config, *SHORT)
-    check_flag_run(run, config, PAIRS[pair] + ["charts/episodic_return"], logs=3)
+    check_flag_run(run, config, TAGS[pair] + ["charts/episodic_return"], logs=3)
     assert run.values("charts/warmup_time")
 
 
@@ -42,22 +42,22 @@ EARLY = dict(rtol=1e-4, atol=1e-5, upto_step=300)
 LATE = dict(rtol=5e-2, atol=5e-3)
 
 
-@pytest.mark.parametrize("pair", PAIRS)
+@pytest.mark.parametrize("pair", TAGS)
 def test_compile_gives_the_numbers_of_no_compile(pair, cached_run):
     plain, compiled = cached_run(fast(pair), *SHORT).check(), cached_run(fast(pair), "--compile", *SHORT).check()
-    assert_close_logs(compiled, plain, PAIRS[pair], **EARLY)
-    assert_close_logs(compiled, plain, PAIRS[pair], **LATE)
+    assert_close_logs(compiled, plain, TAGS[pair], **EARLY)
+    assert_close_logs(compiled, plain, TAGS[pair], **LATE)
 
 
-@pytest.mark.parametrize("pair", PAIRS)
+@pytest.mark.parametrize("pair", TAGS)
 def test_optimized_script_learns_what_the_eager_one_learns(pair, cached_run):
     slow, quick = cached_run(eager(pair), *SHORT).check(), cached_run(fast(pair), *SHORT).check()
-    assert_close_logs(quick, slow, PAIRS[pair], **EARLY)
-    assert_close_logs(quick, slow, PAIRS[pair], **LATE)
+    assert_close_logs(quick, slow, TAGS[pair], **EARLY)
+    assert_close_logs(quick, slow, TAGS[pair], **LATE)
     assert_close_logs(quick, slow, ["charts/episodic_return"], rtol=1e-4, upto_step=200)
 
 
-@pytest.mark.parametrize("script", [s for pair in PAIRS for s in (eager(pair), fast(pair))])
+@pytest.mark.parametrize("script", [s for pair in TAGS for s in (eager(pair), fast(pair))])
 def test_same_seed_same_numbers(script, cached_run, tmp_path):
     again = run_script(script, *SHORT, cwd=tmp_path).check()
     assert_identical_logs(cached_run(script, *SHORT).check(), again)
@@ -74,7 +74,7 @@ THRESHOLD = -400
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pair,config", [(p, c) for p in PAIRS for c in [(eager(p),), (fast(p), "--compile")]],
+@pytest.mark.parametrize("pair,config", [(p, c) for p in TAGS for c in [(eager(p),), (fast(p), "--compile")]],
                          ids=lambda x: " ".join(x) if isinstance(x, tuple) else x)
 def test_learns_pendulum(pair, config, tmp_path):
     run = run_script(*config, *LEARN[pair], "--save-model", "--eval-episodes", "5", cwd=tmp_path).check()
@@ -93,7 +93,7 @@ gym.register("InvertedPendulumShort-v4", entry_point="gymnasium.envs.mujoco.inve
              max_episode_steps=7)
 
 
-@pytest.mark.parametrize("script", [s for pair in PAIRS for s in (eager(pair), fast(pair))])
+@pytest.mark.parametrize("script", [s for pair in TAGS for s in (eager(pair), fast(pair))])
 def test_buffer_cuts_the_bootstrap_at_terminations_only(script, tmp_path, monkeypatch):
     """Run the script in this process on a task with terminations and truncations, then read its replay
     buffer: a stored `done` marks a termination (the pole fell), never a truncation, and a truncated

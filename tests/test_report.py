@@ -1,5 +1,6 @@
 """run.sh and the report builder (benchmarks/report.py)."""
 
+import importlib.util
 import json
 import os
 import signal
@@ -35,6 +36,7 @@ def fake_run(root, exp_name, seed, sps=(), returns=(), warmup=None, compile=Fals
 
 
 EAGER, FAST = "sac_continuous_action", "sac_continuous_action_torchcompile"
+HAS_JAX = importlib.util.find_spec("jax") is not None  # run.sh runs the JAX twins where JAX is installed
 
 
 def test_table_values_from_known_runs(tmp_path):
@@ -154,12 +156,12 @@ def test_run_sh_quick_end_to_end(tmp_path):
     proc = run_sh("--quick", "--scripts", "ppo_continuous", "--seeds", "1", "--out", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = (out / "report.md").read_text()
-    for row in ("| eager script | 1 |", "| optimized, no flag | 1 |", "| --compile | 1 |"):
+    for row in ("| eager script | 1 |", "| optimized, no flag | 1 |", "| --compile | 1 |") + (("| JAX twin | 1 |",) * HAS_JAX):
         assert row in text, text
     assert "the `--cudagraphs` modes were not run" in text and "skipped (no CUDA device)" in proc.stdout
     assert all((out / p).exists() for p in ("fps.png", "return_vs_steps.png", "return_vs_time.png"))
     again = run_sh("--quick", "--scripts", "ppo_continuous_action", "--seeds", "1", "--out", str(out))
-    assert again.returncode == 0 and "0 runs done, 3 already complete" in again.stdout
+    assert again.returncode == 0 and f"0 runs done, {3 + HAS_JAX} already complete" in again.stdout
 
 
 def test_run_sh_reports_failed_runs_and_goes_on(tmp_path):
@@ -167,9 +169,10 @@ def test_run_sh_reports_failed_runs_and_goes_on(tmp_path):
     # fewer steps than one PPO batch: every run stops with a usage error
     proc = run_sh("--quick", "--scripts", "ppo_continuous", "--seeds", "1", "--steps", "100", "--out", str(out))
     assert proc.returncode == 1
-    assert proc.stdout.count("--seed ") == 3 and "--total-timesteps 2048" not in proc.stdout  # every run was tried
+    runs = 3 + HAS_JAX  # eager, optimized without a flag and with --compile, the JAX twin
+    assert proc.stdout.count("--seed ") == runs and "--total-timesteps 2048" not in proc.stdout  # every run was tried
     failures = (out / "report.md").read_text().split("## Failed or incomplete runs")[1]
-    assert failures.count("failed with exit code 2") == 3
+    assert failures.count("failed with exit code 2") == runs
 
 
 @pytest.mark.parametrize("name", read_presets())
