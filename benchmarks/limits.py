@@ -10,11 +10,14 @@ outside for `--seconds`. A sample of the main thread counts for:
 - logging: TensorBoard, tqdm, wandb, the scripts' Speed and episode bookkeeping, explained variance;
 - storage: the replay buffer (writes and sampling), the rollout's writes;
 - acting: the policy's forward pass and its transfers (what runs between the observation and the action);
+- environment + acting: JAX's Atari twin steps envpool inside its jitted rollout, the two in one call;
 - update: everything under the training block (losses, backward, optimizer steps, target updates, GAE);
 - other: the rest of the loop (Python between the pieces).
 Which line of the script's main() a sample is on decides acting, storage and update (the statement's
 text and the blocks around it: see `classify`), so the scripts carry no timers. The fps during the window
-comes from the progress bar, and the split times one step: fraction x seconds per step.
+comes from the progress bar, and the split times one step: fraction x seconds per step. py-spy samples the
+main thread whether it computes or waits; the JAX twins run with synchronous dispatch while sampled, so
+that each jitted call's time lands on its own line.
 
 The bound: what the work of a step costs on this machine at best.
 - environment alone: the script's own environment factory, the same number of envs, random actions;
@@ -59,7 +62,7 @@ TASKS = {
     "dqn_atari": ["--env-id", "Breakout-v5", "--learning-starts", "8000", "--buffer-size", "100000"],
 }
 MODES = {"eager": ("", []), "compile": ("_torchcompile", ["--compile"]), "jax": ("_jax", [])}
-CATEGORIES = ["environment", "acting", "storage", "update", "logging", "other"]
+CATEGORIES = ["environment", "acting", "environment + acting", "storage", "update", "logging", "other"]
 
 ENV_LIBS = ("gymnasium/", "envpool/", "mujoco/")
 LOG_LIBS = ("torch/utils/tensorboard", "tensorboard/", "tqdm/", "wandb/")
@@ -68,9 +71,10 @@ STORAGE_FUNCTIONS = re.compile(r"^(ReplayBuffer\.|FrameBuffer\.|Buffer\.)")
 # the leaf statement of main() a sample is on: first match wins
 LEAF_RULES = [
     ("logging", r"writer\.add|speed\.(log|tick)|pbar\.|set_postfix|explained_var|np\.var|y_pred|\bkept\b|print\(|"
-                r"episode_stats|\bgames\b"),
+                r"episode_stats|\bgames\b|device_get"),
     ("environment", r"\benvs?\.(step|reset)\("),
-    ("storage", r"\brb\.(add|start)\(|rollout\[|\w+\[step\] = |\.at\[step\]"),
+    ("environment + acting", r"= rollout\("),  # JAX's Atari twin: envpool's XLA step and the policy, one jitted scan
+    ("storage", r"\brb\.(add|start)\(|rb = (buffer_add|write_steps|start)\(|staged\.|rollout\[|\w+\[step\] = "),
     ("acting", r"get_action|\bpolicy\(|\bactor\(|greedy_action|q_network\(|\bact\(|action_space\.sample|epsilon|"
                r"random\.random|\bq_values\("),
 ]
@@ -141,12 +145,24 @@ def classify(frames: list[str], script_file: str, main: Main) -> str:
     return "update" if re.search(UPDATE_LEAF, leaf) else "other"
 
 
+# Runs a script as __main__; with JAX, dispatch is made synchronous on the CPU, so that a jitted call's
+# time is spent on the line that calls it (asynchronous, it would land on whichever later line waits).
+SYNCHRONOUS = """
+import runpy, sys
+if sys.argv[1].endswith("_jax.py"):
+    import jax
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def profile(script: str, args: list[str], seconds: float, rate: int, timeout: float) -> dict:
     """Run a script until its warm-up is over, sample it with py-spy for `seconds`, stop it. Returns the
     fraction of main-thread samples per category, the samples, and the fps over the window."""
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.Popen([sys.executable, str(REPO / "leanrl" / f"{script}.py"), *args], cwd=tmp,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([sys.executable, "-c", SYNCHRONOUS, str(REPO / "leanrl" / f"{script}.py"), *args],
+                                cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         err: list[str] = []
         threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(256), "")), daemon=True).start()
 
@@ -163,7 +179,8 @@ def profile(script: str, args: list[str], seconds: float, rate: int, timeout: fl
                 time.sleep(0.2)
             raw = Path(tmp) / "raw.txt"
             first, start = step(), time.perf_counter()
-            spy = subprocess.run(["py-spy", "record", "--pid", str(proc.pid), "--duration", str(int(seconds)),
+            # --idle: a main thread that waits (for envpool's threads, for XLA's) is sampled too
+            spy = subprocess.run(["py-spy", "record", "--pid", str(proc.pid), "--duration", str(int(seconds)), "--idle",
                                   "--rate", str(rate), "--format", "raw", "--output", str(raw)],
                                  capture_output=True, text=True)
             last, elapsed = step(), time.perf_counter() - start
@@ -175,15 +192,19 @@ def profile(script: str, args: list[str], seconds: float, rate: int, timeout: fl
         finally:
             proc.kill()
             proc.wait()
-    main, counts = Main(REPO / "leanrl" / f"{script}.py"), collections.Counter()
+    main, counts, lines = Main(REPO / "leanrl" / f"{script}.py"), collections.Counter(), collections.Counter()
     for line in text.splitlines():
         stack, n = line.rsplit(" ", 1)
         frames = stack.split(";")
         if frames[0].startswith("<module> ("):  # the main thread (the writer's and tqdm's threads wait)
-            counts[classify(frames, f"{script}.py", main)] += int(n)
+            category = classify(frames, f"{script}.py", main)
+            counts[category] += int(n)
+            at = next((f for f in frames if f.startswith("main (") and f"{script}.py" in f), frames[-1])
+            lines[f"{category}: {at.split(':')[-1].rstrip(')')}: "
+                  f"{main.lines[int(at.split(':')[-1].rstrip(')')) - 1].strip()[:80] if at.startswith('main (') else at}"] += int(n)
     total = sum(counts.values())
     return {"fractions": {c: counts[c] / total for c in CATEGORIES}, "samples": total,
-            "fps": (last - first) / elapsed}
+            "fps": (last - first) / elapsed, "heaviest lines": {k: n / total for k, n in lines.most_common(8)}}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -269,7 +290,7 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = dict(zip(CATEGORIES, ["tab:green", "tab:blue", "tab:olive", "tab:orange", "tab:gray", "tab:red"]))
+    colors = dict(zip(CATEGORIES, ["tab:green", "tab:blue", "tab:cyan", "tab:olive", "tab:orange", "tab:gray", "tab:red"]))
     pairs = list(dict.fromkeys(r["pair"] for r in rows))
     fig, axes = plt.subplots(1, len(pairs), figsize=(3.0 * len(pairs) + 1, 3.8), squeeze=False)
     for ax, pair in zip(axes[0], pairs):

@@ -474,7 +474,7 @@ def main(args: Args) -> None:
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 
-# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+# The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
 def check_args(args: Args) -> None:
     positive = ["total_timesteps", "learning_rate", "buffer_size", "batch_size", "target_network_frequency",
                 "train_frequency", "exploration_fraction", "eval_episodes"]

@@ -19,6 +19,17 @@ The two scripts draw the same batches (the replay buffer has a generator of its
 own) and the same ε-greedy choices (Python's generator and the action space's, as
 CleanRL does), so their runs can be compared number for number on the CPU.
 
+As in the eager script, and unlike CleanRL's script (gymnasium's Atari wrappers):
+- the replay buffer stores each frame once and rebuilds the stacks of 4 when it
+  samples: 1M transitions take 7 GB, not the 28 GB of stacked observations (and 56
+  GB with the next observations) that a naive buffer needs;
+- envpool resets an environment on the step *after* it reports done (a lost life
+  or a finished game): that step ignores the action and returns reward 0. It is no
+  transition, and is not stored;
+- episode statistics are the real game's: the unclipped rewards summed over all
+  lives, logged when the last life is lost or the game is truncated, with the
+  game's length in agent steps.
+
     python leanrl/dqn_atari_envpool_torchcompile.py --compile --cudagraphs
 """
 
@@ -369,7 +380,7 @@ def main(args: Args) -> None:
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 
-# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+# The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
 def check_args(args: Args) -> None:
     positive = ["total_timesteps", "learning_rate", "buffer_size", "batch_size", "target_network_frequency",
                 "train_frequency", "exploration_fraction", "eval_episodes"]

@@ -531,7 +531,7 @@ def main(args: Args) -> None:
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 
-# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+# The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
 def check_args(args: Args) -> None:
     positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
                 "eval_episodes"]

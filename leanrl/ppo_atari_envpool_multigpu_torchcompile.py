@@ -6,9 +6,10 @@ before each optimizer step), with the optimizations of
 `ppo_atari_envpool_torchcompile.py`; `--compile` and `--cudagraphs` keep their meaning.
 What changes against the eager multi-process script:
 
-- the rollout is a TensorDict preallocated on the training device; frames travel
-  once per step as uint8 and become floats on the device, in the channels-last
-  layout that oneDNN's CPU convolutions prefer;
+- the rollout is a TensorDict preallocated on the training device (frames as uint8,
+  as in the eager script), written in place at each step;
+- frames and convolutions in the channels-last layout, which oneDNN's CPU convolutions
+  run fastest;
 - the categorical policy is written out (no Distribution object and its checks);
 - GAE runs as a reverse scan over fixed-size chunks, compiled once per chunk shape;
 - the learning rate lives in a tensor annealed in place: no recompilation;
@@ -293,14 +294,14 @@ def main(args: Args) -> None:
     # reads its step count on the device
     optimizer = optim.Adam(agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
                            fused=True, capturable=graphs)
-    episode_stats = EpisodeStats(args.num_envs)
     # from here on, each rank its own random numbers (actions, minibatches)
     torch.manual_seed(args.seed + rank)
+    episode_stats = EpisodeStats(args.num_envs)
 
     # ALGO Logic: Storage setup, one TensorDict preallocated on the device (frames kept as uint8)
     rollout = TensorDict(
         obs=torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=torch.uint8),
-        actions=torch.zeros((args.num_steps, args.num_envs), dtype=torch.long),
+        actions=torch.zeros((args.num_steps, args.num_envs), dtype=torch.long),  # integers: the loss gathers with them
         logprobs=torch.zeros((args.num_steps, args.num_envs)),
         rewards=torch.zeros((args.num_steps, args.num_envs)),
         dones=torch.zeros((args.num_steps, args.num_envs)),
@@ -313,7 +314,7 @@ def main(args: Args) -> None:
         action, logprob, _, value = agent_inference.get_action_and_value(obs)
         return action, logprob, value.flatten()
 
-    chunk = chunk_size(args.num_steps)
+    chunk, gae_chunk_fn = chunk_size(args.num_steps), gae_chunk  # compiled below with --compile
 
     def gae(rewards, values, dones, next_obs, next_done):
         next_value = agent_inference.get_value(next_obs).reshape(1, -1)
@@ -353,7 +354,11 @@ def main(args: Args) -> None:
         newvalue = newvalue.view(-1)
         if args.clip_vloss:
             v_loss_unclipped = (newvalue - mb["returns"]) ** 2
-            v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -args.clip_coef, args.clip_coef)
+            v_clipped = mb["values"] + torch.clamp(
+                newvalue - mb["values"],
+                -args.clip_coef,
+                args.clip_coef,
+            )
             v_loss_clipped = (v_clipped - mb["returns"]) ** 2
             v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
             v_loss = 0.5 * masked_mean(v_loss_max, mb_valid, n_valid)
@@ -389,7 +394,6 @@ def main(args: Args) -> None:
         optimizer.step()
         return out
 
-    gae_chunk_fn = gae_chunk
     if args.compile:
         if device.type == "cpu":
             # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
@@ -420,7 +424,7 @@ def main(args: Args) -> None:
     # TRY NOT TO MODIFY: start the game
     global_step = 0
     next_obs, _ = envs.reset()
-    next_obs = torch.as_tensor(next_obs, device=device)  # uint8: a quarter of the bytes of floats
+    next_obs = torch.as_tensor(next_obs, device=device)  # made on the device directly: one copy
     next_done = torch.zeros(args.num_envs, device=device)
 
     pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step", disable=rank != 0)
@@ -462,6 +466,7 @@ def main(args: Args) -> None:
         # Optimizing the policy and value network
         stats = []
         for epoch in range(args.update_epochs):
+            # a torch permutation (CleanRL shuffles with numpy): the same stream as the eager script
             b_inds = torch.randperm(args.local_batch_size, device=device)
             for start in range(0, args.local_batch_size, args.minibatch_size):
                 end = start + args.minibatch_size
@@ -514,7 +519,7 @@ def main(args: Args) -> None:
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 
-# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+# The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
 def check_args(args: Args) -> None:
     positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
                 "eval_episodes"]
@@ -532,8 +537,6 @@ def check_args(args: Args) -> None:
              f"{args.world_size} x --num-envs x --num-steps = {batch * args.world_size})")
     if batch % args.num_minibatches != 0:
         fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
-    if args.total_timesteps < batch:
-        fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch (--num-envs x --num-steps = {batch})")
 
 
 def pick_device(args: Args, local_rank: int) -> torch.device:

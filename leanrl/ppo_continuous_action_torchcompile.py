@@ -269,7 +269,7 @@ def main(args: Args) -> None:
         action, logprob, _, value = agent_inference.get_action_and_value(obs)
         return action, logprob, value.flatten()
 
-    chunk = chunk_size(args.num_steps)
+    chunk, gae_chunk_fn = chunk_size(args.num_steps), gae_chunk  # compiled below with --compile
 
     def gae(rewards, values, dones, next_obs, next_done):
         next_value = agent_inference.get_value(next_obs).reshape(1, -1)
@@ -303,7 +303,11 @@ def main(args: Args) -> None:
         newvalue = newvalue.view(-1)
         if args.clip_vloss:
             v_loss_unclipped = (newvalue - mb["returns"]) ** 2
-            v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -args.clip_coef, args.clip_coef)
+            v_clipped = mb["values"] + torch.clamp(
+                newvalue - mb["values"],
+                -args.clip_coef,
+                args.clip_coef,
+            )
             v_loss_clipped = (v_clipped - mb["returns"]) ** 2
             v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
             v_loss = 0.5 * v_loss_max.mean()
@@ -323,7 +327,6 @@ def main(args: Args) -> None:
         optimizer.step()
         return out
 
-    gae_chunk_fn = gae_chunk
     if args.compile:
         if device.type == "cpu":
             # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
@@ -356,6 +359,8 @@ def main(args: Args) -> None:
     # TRY NOT TO MODIFY: start the game
     global_step = 0
     next_obs, _ = envs.reset(seed=args.seed)
+    # tensors made on the device directly (here and in the loop): one copy from numpy, where
+    # `torch.Tensor(x).to(device)` builds a host tensor first
     next_obs = torch.as_tensor(next_obs, device=device, dtype=torch.float32)
     next_done = torch.zeros(args.num_envs, device=device)
     pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step")
@@ -404,6 +409,7 @@ def main(args: Args) -> None:
         # Optimizing the policy and value network
         stats = []
         for epoch in range(args.update_epochs):
+            # a torch permutation (CleanRL shuffles with numpy): the same stream as the eager script
             b_inds = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 end = start + args.minibatch_size
@@ -446,7 +452,7 @@ def main(args: Args) -> None:
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 
-# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+# The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
 def check_args(args: Args) -> None:
     positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
                 "eval_episodes"]

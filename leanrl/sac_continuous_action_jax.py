@@ -436,7 +436,7 @@ def to_state_dict(params: dict, **buffers: np.ndarray) -> dict[str, torch.Tensor
     return state_dict | {name: torch.tensor(value) for name, value in buffers.items()}
 
 
-# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+# The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
 def check_args(args: Args) -> None:
     positive = ["total_timesteps", "buffer_size", "batch_size", "policy_lr", "q_lr", "policy_frequency",
                 "target_network_frequency", "eval_episodes"]

@@ -283,7 +283,7 @@ def main(args: Args) -> None:
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 
-# The contract's plumbing, kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
+# The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
 def check_args(args: Args) -> None:
     positive = ["total_timesteps", "buffer_size", "batch_size", "learning_rate", "policy_frequency", "eval_episodes"]
     for name in positive + ["learning_starts", "measure_after", "policy_noise", "exploration_noise", "noise_clip"]:

@@ -1,4 +1,4 @@
-"""The promises of ../shared/CONTRACT.md that every script keeps, checked on each script.
+"""The promises of the script contract (CONTRIBUTING.md) that every script keeps, checked on each script.
 
 Pair-specific checks (numerics, learning) live in test_<algorithm>.py.
 """
