@@ -301,9 +301,8 @@ def main(args: Args) -> None:
         # the optimizer step stays eager: one fused kernel, that compiled would add graph breaks
         loss_and_grads = torch.compile(loss_and_grads)
         if device.type == "cuda":
-            # compiled on CUDA only, as in dqn_torchcompile.py; on a 2-core CPU the same Nature CNN (PPO
-            # Atari's) acts 1.13x faster compiled at batch 1 (0.98 against 1.11 ms; benchmarks/inference.py,
-            # docs/inference): compiling it on the CPU too is a candidate change, not measured in this script
+            # compiled on CUDA only, where it becomes part of the acting graph; on a CPU the acting step
+            # is a small part of a step that the update dominates, and stays eager
             policy = torch.compile(policy)
 
     if args.cudagraphs:

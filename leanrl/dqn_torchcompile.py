@@ -255,7 +255,6 @@ def main(args: Args) -> None:
         loss_and_grads = torch.compile(loss_and_grads)
         if device.type == "cuda":
             # on a CPU the compiled acting step loses: at batch 1 its call overhead outweighs the math
-            # (2-core CPU, batch 1: 161 against 56 µs per call; benchmarks/inference.py, docs/inference)
             policy = torch.compile(policy)
 
     if args.cudagraphs:
@@ -280,10 +279,8 @@ def main(args: Args) -> None:
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
         # ε-greedy on the host, as in the eager script: with one environment the action comes back every
-        # step anyway, so the branch costs no sync, and an exploring step runs no network. Picking on the
-        # device instead (torch.rand + torch.where, no branch) ran the network every step: --compile at 1.17x
-        # eager's fps that way, 1.30x with this branch, 1.58x with greedy_action too (2-core CPU,
-        # benchmarks/sps.py; the README's DQN row)
+        # step anyway, so the branch costs no sync, and an exploring step runs no network (picking on the
+        # device, with no branch, would run the network at every step)
         if random.random() < epsilon:
             action = env.action_space.sample()
         else:

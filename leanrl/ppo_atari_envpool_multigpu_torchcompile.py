@@ -200,8 +200,7 @@ class Agent(nn.Module):
     @staticmethod
     def frames(x):
         # uint8 frames become floats here, on the device, in the channels-last layout that oneDNN's
-        # CPU convolutions run fastest (2-core CPU: 149 vs 194 ms per 256-frame forward and backward;
-        # benchmarks/parts.py)
+        # CPU convolutions run fastest
         return x.contiguous(memory_format=torch.channels_last) / 255.0
 
     def get_value(self, x):
@@ -376,10 +375,8 @@ def main(args: Args) -> None:
     def average_and_clip():
         if args.world_size > 1:
             # the ranks average their gradients: one all-reduce of all of them, flattened, outside the
-            # compiled loss and backward, and one fused copy back instead of a copy per tensor. Measured
-            # against DDP with compile (2 processes, gloo, 2-core CPU, minibatch update): 246 ms this way,
-            # 242 for DDP(compile(m)), 237-266 for compile(DDP(m)) by optimize_ddp setting, 364 for eager
-            # DDP (docs/compile_scope.md): as fast as the best, with no DDP wrapper to read through
+            # compiled loss and backward, and one fused copy back instead of a copy per tensor; no DDP
+            # wrapper to read through (the DDP variants are compared in the docstring's page)
             flat = torch.cat([param.grad.reshape(-1) for param in params])  # channels-last weights: a copy
             dist.all_reduce(flat, op=dist.ReduceOp.SUM)
             flat /= args.world_size

@@ -187,8 +187,7 @@ class Agent(nn.Module):
     @staticmethod
     def frames(x):
         # uint8 frames become floats here, on the device, in the channels-last layout that oneDNN's
-        # CPU convolutions run fastest (2-core CPU: 149 vs 194 ms per 256-frame forward and backward;
-        # benchmarks/parts.py)
+        # CPU convolutions run fastest
         return x.contiguous(memory_format=torch.channels_last) / 255.0
 
     def get_value(self, x):

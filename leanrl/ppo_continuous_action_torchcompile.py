@@ -337,8 +337,7 @@ def main(args: Args) -> None:
         policy = torch.compile(policy)
         gae_chunk_fn = torch.compile(gae_chunk)  # a chunk unrolls into one fused kernel
         # the optimizer step stays eager: one fused kernel, that compiled would add graph breaks (under
-        # --cudagraphs it is in the replayed graph anyway). Measured on a 2-core CPU, this MLP update is
-        # faster with the step compiled in (1.2 against 1.6 ms, docs/compile_scope.md): a candidate change
+        # --cudagraphs it is in the replayed graph anyway)
         loss_and_grads = torch.compile(loss_and_grads)
 
     if args.cudagraphs:

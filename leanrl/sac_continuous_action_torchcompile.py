@@ -320,19 +320,14 @@ def main(args: Args) -> None:
             # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
             # without it (the contract); on a GPU inductor's own generator is faster and stays on
             torch._inductor.config.fallback_random = True
-        # trace loss.backward() into the compiled graph: forward and backward become one graph, no
-        # graph break (SAC's critic update on a 2-core CPU: 3.8 ms with it, 3.7 without, within the noise;
-        # docs/compile_scope.md)
+        # trace loss.backward() into the compiled graph: the forward and backward passes become one graph
         torch._dynamo.config.trace_autograd_ops = True
-        # recompute views in the backward rather than saving them, so that no bool mask needs saving
-        # (inductor's AVX2 code writes one 17x slower than eager); the critic update measures the same
-        # with or without it today, it guards against a partition that saves masks
+        # recompute views (the ReLU masks) in the backward instead of saving them: a partition that saved
+        # them would have the compiled forward write bool masks, which inductor's CPU code writes slowly
         torch._functorch.config.recompute_views = True
-        # Compile the losses with their backward passes; the optimizer steps stay eager: each is a
-        # single fused kernel, and compiled they add graph breaks (5 in the whole SAC critic step) and guard
-        # checks; under --cudagraphs the step is inside the replayed graph anyway. On a 2-core CPU the
-        # whole step compiled measures the same (SAC's critic update: 3.8 ms this way, 3.6 ms whole,
-        # spreads overlapping; docs/compile_scope.md)
+        # the losses are compiled with their backward passes; the optimizer steps stay eager: each is one
+        # fused kernel, and compiled in they add graph breaks and guard checks (under --cudagraphs each
+        # step is inside its replayed graph anyway)
         critic_loss = torch.compile(critic_loss)
         actor_loss = torch.compile(actor_loss)
         alpha_loss = torch.compile(alpha_loss)

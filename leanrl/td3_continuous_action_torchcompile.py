@@ -12,8 +12,8 @@ saves:
 - the actor loss reads the first critic through detached weights: no gradient is
   computed for weights that the actor step does not update;
 - target networks are updated with one fused `lerp_` per network;
-- `--compile`: `torch.compile` of the acting step and of the losses with their
-  backward passes (the fused optimizer steps stay eager: one kernel each);
+- `--compile`: `torch.compile` of the losses with their backward passes (the fused
+  optimizer steps stay eager: one kernel each), and of the acting step on a GPU;
 - `--cudagraphs`: each whole update, and the acting step, replayed as one CUDA
   graph (tensordict's `CudaGraphModule`): no kernel-launch overhead on a GPU;
 - no `.item()` in the hot loop: values are read back only at logging intervals.
@@ -288,25 +288,20 @@ def main(args: Args) -> None:
             # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
             # without it (the contract); on a GPU inductor's own generator is faster and stays on
             torch._inductor.config.fallback_random = True
-        # trace loss.backward() into the compiled graph: forward and backward become one graph, no
-        # graph break (SAC's critic update on a 2-core CPU: 3.8 ms with it, 3.7 without, within the noise;
-        # docs/compile_scope.md)
+        # trace loss.backward() into the compiled graph: the forward and backward passes become one graph
         torch._dynamo.config.trace_autograd_ops = True
-        # recompute views in the backward rather than saving them, so that no bool mask needs saving
-        # (inductor's AVX2 code writes one 17x slower than eager); the critic update measures the same
-        # with or without it today, it guards against a partition that saves masks
+        # recompute views (the ReLU masks) in the backward instead of saving them: a partition that saved
+        # them would have the compiled forward write bool masks, which inductor's CPU code writes slowly
         torch._functorch.config.recompute_views = True
-        # Compile the losses with their backward passes; the optimizer steps stay eager: each is a
-        # single fused kernel, and compiled they add graph breaks (5 in the whole SAC critic step) and guard
-        # checks; under --cudagraphs the step is inside the replayed graph anyway. On a 2-core CPU the
-        # whole step compiled measures the same (SAC's critic update: 3.8 ms this way, 3.6 ms whole,
-        # spreads overlapping; docs/compile_scope.md)
+        # the losses are compiled with their backward passes; the optimizer steps stay eager: each is one
+        # fused kernel, and compiled in they add graph breaks and guard checks (under --cudagraphs each
+        # step is inside its replayed graph anyway)
         critic_loss = torch.compile(critic_loss)
         actor_loss = torch.compile(actor_loss)
-        # on a 2-core CPU this small MLP's compiled acting step loses at batch 1 (171 against 99 µs;
-        # benchmarks/inference.py, docs/inference), a fraction of a percent of a step; on a GPU it
-        # becomes part of the acting graph
-        policy = torch.compile(policy)
+        # the acting step is compiled on CUDA only: on a CPU, at batch 1, the compiled call's fixed cost
+        # (guards, the wrapper) exceeds the math of this deterministic MLP, which has no sampling to fuse
+        if device.type == "cuda":
+            policy = torch.compile(policy)
 
     if args.cudagraphs:
         # each whole update (zero_grad, forward, backward, optimizer step) becomes one graph replay; the
