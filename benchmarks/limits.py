@@ -15,7 +15,9 @@ outside for `--seconds`. A sample of the main thread counts for:
 - other: the rest of the loop (Python between the pieces).
 Which line of the script's main() a sample is on decides acting, storage and update (the statement's
 text and the blocks around it: see `classify`), so the scripts carry no timers. The fps during the window
-comes from the progress bar, and the split times one step: fraction x seconds per step. py-spy samples the
+comes from the progress bar; with --speed, the speed table's fps (measured without a profiler) are used
+instead, for the time of a step and the percentage of the limit. The split times one step: the shares of
+the samples x seconds per step. py-spy samples the
 main thread whether it computes or waits; the JAX twins run with synchronous dispatch while sampled, so
 that each jitted call's time lands on its own line.
 
@@ -23,9 +25,9 @@ The bound: what the work of a step costs on this machine at best.
 - environment alone: the script's own environment factory, the same number of envs, random actions;
 - the networks' work: the FLOPs of a step (torch.utils.flop_counter.FlopCounterMode over the eager script,
   run in this process: the difference between two runs that differ by a known number of steps in steady
-  state, so acting and updating both count), at the machine's measured FLOP/s for that kind of work: a
-  large float32 matmul for the MLPs, the Nature CNN's convolutions (forward and backward, channels-last,
-  PPO's minibatch) for Atari, with torch's default threads;
+  state, so acting and updating both count), at the machine's measured FLOP/s for that kind of work: the
+  best float32 matmul for the MLPs (torch's or XLA's, whichever is faster here), the Nature CNN's
+  convolutions (forward and backward, channels-last, PPO's minibatch) for Atari, default threads;
 - the limit: 1 / (environment seconds per step + FLOPs per step / FLOP/s). Each mode's fps is given as a
   percentage of it.
 Writes results.md, results.json and split.png into --out.
@@ -36,6 +38,7 @@ import ast
 import collections
 import contextlib
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -180,7 +183,9 @@ def profile(script: str, args: list[str], seconds: float, rate: int, timeout: fl
             raw = Path(tmp) / "raw.txt"
             first, start = step(), time.perf_counter()
             # --idle: a main thread that waits (for envpool's threads, for XLA's) is sampled too
+            # --nonblocking: the run is not paused for each sample (the split's shares are what matters)
             spy = subprocess.run(["py-spy", "record", "--pid", str(proc.pid), "--duration", str(int(seconds)), "--idle",
+                                  "--nonblocking",
                                   "--rate", str(rate), "--format", "raw", "--output", str(raw)],
                                  capture_output=True, text=True)
             last, elapsed = step(), time.perf_counter() - start
@@ -260,27 +265,56 @@ def flops_per_step(pair: str) -> tuple[float, int]:
 
 
 def peak_flops(kind: str) -> float:
-    """FLOP/s of this machine for a kind of work, in float32 with torch's default threads: a 2048^3 matmul
-    ('matmul'), or the Nature CNN's three convolutions forward and backward on PPO's 256-frame minibatch in
-    the channels-last layout ('conv'). torch.utils.benchmark times them; FlopCounterMode counts them."""
+    """FLOP/s of this machine for a kind of work, in float32 with the default threads, the best of a few
+    shapes: square matmuls of 256, 1024 and 2048 through torch ('matmul') and through XLA ('matmul_xla', the
+    JAX twins' backend; 0 without JAX), or the Nature CNN's three convolutions forward and backward on PPO's
+    256-frame minibatch in the channels-last layout ('conv'). torch.utils.benchmark times torch's work and
+    FlopCounterMode counts it."""
     from torch.utils.benchmark import Timer
     from torch.utils.flop_counter import FlopCounterMode
 
+    if kind == "matmul_xla":
+        try:
+            import jax
+            import jax.numpy as jnp
+        except ImportError:
+            return 0.0
+        best = 0.0
+        for n in (256, 1024, 2048):
+            a, f = jnp.ones((n, n)), jax.jit(lambda x: x @ x)
+            f(a).block_until_ready()
+            seconds = Timer("f(a).block_until_ready()", globals={"f": f, "a": a}).blocked_autorange(min_run_time=1).median
+            best = max(best, 2 * n**3 / seconds)
+        return best
     if kind == "matmul":
-        a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
-        fn = lambda: a @ b  # noqa: E731
+        work = []
+        for n in (256, 1024, 2048):
+            a, b = torch.randn(n, n), torch.randn(n, n)
+            work.append(lambda a=a, b=b: a @ b)
     else:
         convs = torch.nn.Sequential(torch.nn.Conv2d(4, 32, 8, stride=4), torch.nn.ReLU(), torch.nn.Conv2d(32, 64, 4, stride=2),
                                     torch.nn.ReLU(), torch.nn.Conv2d(64, 64, 3, stride=1)).to(memory_format=torch.channels_last)
         x = torch.randn(256, 4, 84, 84).contiguous(memory_format=torch.channels_last)
 
-        def fn():
+        def forward_backward():
             convs.zero_grad(set_to_none=True)
             convs(x).sum().backward()
-    with FlopCounterMode(display=False) as counter:
-        fn()
-    seconds = Timer("fn()", globals={"fn": fn}).blocked_autorange(min_run_time=2).median
-    return counter.get_total_flops() / seconds
+        work = [forward_backward]
+    best = 0.0
+    for fn in work:
+        with FlopCounterMode(display=False) as counter:
+            fn()
+        seconds = Timer("fn()", globals={"fn": fn}).blocked_autorange(min_run_time=1).median
+        best = max(best, counter.get_total_flops() / seconds)
+    return best
+
+
+def speed_table_fps(folder: Path, pair: str, script: str, flags: list[str]) -> float:
+    """The median fps of a configuration in a pair's sps.py results (folder/<pair>/results.json)."""
+    import statistics
+
+    runs = json.loads((folder / pair / "results.json").read_text())["runs"]
+    return statistics.median(r["sps"] for r in runs[" ".join([script, *flags])])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -297,7 +331,7 @@ def plot(rows: list[dict], path: Path) -> None:
         sub = [r for r in rows if r["pair"] == pair]
         bottom = np.zeros(len(sub))
         for c in CATEGORIES:
-            ms = np.array([r["fractions"][c] * 1e3 / r["fps"] for r in sub])
+            ms = np.array([r["fractions"][c] * 1e3 / r["fps_unprofiled"] for r in sub])
             ax.bar(range(len(sub)), ms, bottom=bottom, color=colors[c], label=c)
             bottom += ms
         limit_ms = 1e3 / sub[0]["limit_fps"]
@@ -321,6 +355,9 @@ def main():
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     parser.add_argument("--env-steps", type=int, default=20_000, help="steps of the environment-alone measurement")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds a run may take to reach its steady state")
+    parser.add_argument("--speed", type=Path, default=None,
+                        help="a folder of sps.py results per pair (docs/speed): its fps, measured without the profiler, "
+                             "give the percentage of the limit; without it, the fps while profiled do")
     parser.add_argument("--out", type=Path, default=None)
     opts = parser.parse_args()
     pairs, modes = opts.pairs.split(","), opts.modes.split(",")
@@ -329,12 +366,13 @@ def main():
     if shutil.which("py-spy") is None:
         raise SystemExit("limits: py-spy is not installed (pip install py-spy)")
 
-    peaks = {kind: peak_flops(kind) for kind in ("matmul", "conv")}
+    peaks = {kind: peak_flops(kind) for kind in ("matmul", "matmul_xla", "conv")}
     rows, bounds = [], {}
     for pair in pairs:
         env_sps = environment_alone(pair, opts.env_steps)
         flops, _ = flops_per_step(pair)
-        peak = peaks["conv" if "atari" in pair else "matmul"]
+        # the machine's best for the kind of work: the MLPs' matmuls through torch or XLA, whichever is faster
+        peak = peaks["conv"] if "atari" in pair else max(peaks["matmul"], peaks["matmul_xla"])
         limit = 1 / (1 / env_sps + flops / peak)
         bounds[pair] = {"env_sps": env_sps, "flops_per_step": flops, "peak_flops": peak, "limit_fps": limit}
         for mode in modes:
@@ -345,19 +383,23 @@ def main():
             print(f"{pair} {mode} ...", file=sys.stderr)
             result = profile(script, [*TASKS[pair], "--total-timesteps", "10000000", *flags], opts.seconds, opts.rate,
                              opts.timeout)
-            rows.append({"pair": pair, "mode": mode, "script": script, **result, "limit_fps": limit,
-                         "of_limit": result["fps"] / limit})
-    lines = [f"Peak FLOP/s measured here: matmul {peaks['matmul'] / 1e9:.0f} GFLOP/s, Nature CNN convolutions "
-             f"{peaks['conv'] / 1e9:.0f} GFLOP/s (float32, {torch.get_num_threads()} threads).", "",
+            fps = speed_table_fps(opts.speed, pair, script, flags) if opts.speed else result["fps"]
+            rows.append({"pair": pair, "mode": mode, "script": script, **result, "fps_unprofiled": fps,
+                         "limit_fps": limit, "of_limit": fps / limit})
+    lines = [f"Peak FLOP/s measured here (float32, {torch.get_num_threads()} threads, the best of a few shapes): matmul "
+             f"through torch {peaks['matmul'] / 1e9:.0f} GFLOP/s, through XLA {peaks['matmul_xla'] / 1e9:.0f} GFLOP/s; "
+             f"the Nature CNN's convolutions, forward and backward, {peaks['conv'] / 1e9:.0f} GFLOP/s. The limits take "
+             "the best matmul for the MLP pairs and the convolutions for the Atari pairs.", "",
              "| pair | environment alone (steps/s) | network FLOPs per step | limit (fps) |", "|---|---|---|---|"]
     for pair, b in bounds.items():
         lines.append(f"| {pair} | {b['env_sps']:.0f} | {b['flops_per_step'] / 1e6:.2f} M | {b['limit_fps']:.0f} |")
-    lines += ["", "| pair | mode | fps while profiled | % of the limit | "
-              + " | ".join(f"{c} (ms/step)" for c in CATEGORIES) + " | samples |", "|---|---|---|---|" + "---|" * (len(CATEGORIES) + 1)]
+    lines += ["", "| pair | mode | fps | % of the limit | fps while profiled | "
+              + " | ".join(f"{c} (ms/step)" for c in CATEGORIES) + " | samples |",
+              "|---|---|---|---|---|" + "---|" * (len(CATEGORIES) + 1)]
     for r in rows:
-        ms = [f"{r['fractions'][c] * 1e3 / r['fps']:.3f}" for c in CATEGORIES]
-        lines.append(f"| {r['pair']} | {r['mode']} | {r['fps']:.0f} | {100 * r['of_limit']:.0f}% | " + " | ".join(ms)
-                     + f" | {r['samples']} |")
+        ms = [f"{r['fractions'][c] * 1e3 / r['fps_unprofiled']:.3f}" for c in CATEGORIES]
+        lines.append(f"| {r['pair']} | {r['mode']} | {r['fps_unprofiled']:.0f} | {100 * r['of_limit']:.0f}% | {r['fps']:.0f} | "
+                     + " | ".join(ms) + f" | {r['samples']} |")
     write_results(opts.out, "\n".join(lines), {"peaks": peaks, "bounds": bounds, "rows": rows})
     if opts.out is not None and rows:
         plot(rows, opts.out / "split.png")

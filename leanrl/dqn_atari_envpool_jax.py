@@ -29,6 +29,8 @@ and why:
   (conv kernels HWIO -> OIHW, the first Dense layer's inputs from the NHWC flatten
   order to torch's NCHW one), so that `leanrl_utils/evals.py` loads and plays it unchanged.
 
+What these choices measure on a CPU: docs/speed.md and docs/limits.md.
+
     python leanrl/dqn_atari_envpool_jax.py --env-id Breakout-v5
 """
 

@@ -30,6 +30,8 @@ As in the eager script, and unlike CleanRL's script (gymnasium's Atari wrappers)
   lives, logged when the last life is lost or the game is truncated, with the
   game's length in agent steps.
 
+What these choices measure on a CPU: docs/speed.md and docs/limits.md.
+
     python leanrl/dqn_atari_envpool_torchcompile.py --compile --cudagraphs
 """
 

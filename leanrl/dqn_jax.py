@@ -25,6 +25,8 @@ What it does differently from `dqn.py`, and why:
 - `--save-model` converts the flax params to `dqn.py`'s torch `state_dict` (Dense
   kernels transposed), so that `leanrl_utils/evals.py` loads and plays it unchanged.
 
+What these choices measure on a CPU: docs/speed.md and docs/limits.md.
+
     python leanrl/dqn_jax.py --env-id CartPole-v1
 """
 

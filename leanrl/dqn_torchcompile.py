@@ -19,6 +19,8 @@ The two scripts draw the same batches (the replay buffer has a generator of its
 own) and the same ε-greedy choices (Python's generator and the action space's, as
 CleanRL does), so their runs can be compared number for number on the CPU.
 
+What these choices measure on a CPU: docs/speed.md and docs/limits.md.
+
     python leanrl/dqn_torchcompile.py --compile --cudagraphs
 """
 

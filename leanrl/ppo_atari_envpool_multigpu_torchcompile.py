@@ -23,6 +23,8 @@ What changes against the eager multi-process script:
   the updates keeps `--dist-timeout` (see the gather after the update loop);
 - no `.item()` in the hot loop: statistics stay on the device until logging.
 
+What these choices measure on a CPU: docs/torchrun.md and docs/compile_scope.md.
+
     torchrun --standalone --nproc_per_node=2 leanrl/ppo_atari_envpool_multigpu_torchcompile.py --compile
     torchrun --nnodes=2 --nproc_per_node=2 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT \
         leanrl/ppo_atari_envpool_multigpu_torchcompile.py --compile

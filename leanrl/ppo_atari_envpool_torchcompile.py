@@ -29,6 +29,8 @@ As in the eager script:
   and its sum restarts (CleanRL logs it never and carries its sum into the next
   game).
 
+What these choices measure on a CPU: docs/speed.md and docs/limits.md.
+
     python leanrl/ppo_atari_envpool_torchcompile.py --compile --cudagraphs
 """
 

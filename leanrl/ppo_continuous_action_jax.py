@@ -32,6 +32,8 @@ step that ends an episode returns the first observation of the next one
 (`next_done` marks it) and no reset step ever enters the rollout as a transition.
 The environments run on the host, with the eager script's wrappers.
 
+What these choices measure on a CPU: docs/speed.md and docs/limits.md.
+
     python leanrl/ppo_continuous_action_jax.py --env-id HalfCheetah-v4
 """
 

@@ -22,6 +22,8 @@ default; this script asks for same-step autoreset, so that the step that ends an
 episode returns the first observation of the next one (`next_done` marks it) and no
 reset step ever enters the rollout as a transition.
 
+What these choices measure on a CPU: docs/speed.md and docs/limits.md.
+
     python leanrl/ppo_continuous_action_torchcompile.py --compile --cudagraphs
 """
 

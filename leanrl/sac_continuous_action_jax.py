@@ -20,6 +20,8 @@ which `jax.jit`, `jax.vmap` and buffer donation take directly) and optax. What i
 - `--save-model` converts the flax params into the eager script's torch `state_dict`s, so that
   `leanrl_utils/evals.py` loads and plays the checkpoint unchanged.
 
+What these choices measure on a CPU: docs/speed.md and docs/limits.md.
+
     python leanrl/sac_continuous_action_jax.py --env-id HalfCheetah-v4
 """
 

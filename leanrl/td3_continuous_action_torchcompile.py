@@ -18,6 +18,8 @@ saves:
   graph (tensordict's `CudaGraphModule`): no kernel-launch overhead on a GPU;
 - no `.item()` in the hot loop: values are read back only at logging intervals.
 
+What these choices measure on a CPU: docs/speed.md and docs/limits.md.
+
     python leanrl/td3_continuous_action_torchcompile.py --compile --cudagraphs
 """
 
