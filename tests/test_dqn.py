@@ -86,9 +86,15 @@ def test_atari_every_flag_combination_runs_and_logs(config, cached_run):
     assert run.values("charts/episodic_return")
 
 
+# The compiled convolutions and their fused epilogues round differently from eager's kernels, and how much
+# depends on the CPU: exploring, the CI machine saw the losses apart by 35% at step 1000 (values near 1e-5)
+# where this one saw them within 1e-4. As between the eager and the optimized script (below), the games
+# must be the same, and the losses, greedy, within 1e-2.
 def test_atari_compile_gives_the_numbers_of_no_compile(cached_run):
-    plain, compiled = cached_run(ATARI_FAST, *ATARI).check(), cached_run(ATARI_FAST, "--compile", *ATARI).check()
-    assert_close_logs(compiled, plain, LOSSES + ["charts/episodic_return"], **TOL)
+    plain = cached_run(ATARI_FAST, *ATARI_GREEDY).check()
+    compiled = cached_run(ATARI_FAST, "--compile", *ATARI_GREEDY).check()
+    assert_close_logs(compiled, plain, ["charts/episodic_return", "charts/episodic_length"], rtol=0, atol=0)
+    assert_close_logs(compiled, plain, LOSSES, rtol=1e-2, atol=1e-6)
 
 
 # The optimized script runs its convolutions in the channels-last layout, whose kernels round
