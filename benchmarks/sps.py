@@ -13,10 +13,14 @@ results.json).
         sac_continuous_action sac_continuous_action_torchcompile \
         "sac_continuous_action_torchcompile --compile"
 
-Each positional argument is a script name in leanrl/ followed by its own flags.
+Each positional argument is a script name in leanrl/ followed by its own flags, optionally after
+NAME=value words that set the run's environment ("TORCHINDUCTOR_MAX_AUTOTUNE=1 sac_... --compile").
 """
 
 import argparse
+import itertools
+import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -32,13 +36,17 @@ from leanrl_utils.events import read_scalars  # noqa: E402
 
 
 def run_once(config: str, common: list[str], steps: int, env_id: str | None, workdir: Path) -> dict:
-    script, *flags = shlex.split(config)
+    words = shlex.split(config)
+    # leading NAME=value words set the run's environment (a library's switch, e.g. inductor's settings)
+    env = dict(w.split("=", 1) for w in itertools.takewhile(lambda w: re.match(r"^[A-Z_][A-Z0-9_]*=", w), words))
+    script, *flags = words[len(env):]
     cmd = [sys.executable, str(REPO / "leanrl" / f"{script}.py"), "--total-timesteps", str(steps), *common, *flags]
     if env_id:
         cmd += ["--env-id", env_id]
     run_dir = Path(tempfile.mkdtemp(dir=workdir))
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=run_dir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, cwd=run_dir, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"{config} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -51,7 +59,8 @@ def run_once(config: str, common: list[str], steps: int, env_id: str | None, wor
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("configs", nargs="+", help="script name (in leanrl/) and its flags, quoted together")
+    parser.add_argument("configs", nargs="+", help="script name (in leanrl/) and its flags, quoted together; leading NAME=value "
+                        "words set the run's environment")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, required=True, help="--total-timesteps of each run")
     parser.add_argument("--env-id", default=None)
