@@ -52,6 +52,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import load_script  # noqa: E402
+from benchmarks.report import describe_machine  # noqa: E402
 
 PERCENTILES = (50, 75, 90, 95)
 METRICS = ("agent latency (seconds)", "agent throughput", "observer latency (seconds)", "observer throughput")
@@ -329,9 +330,15 @@ def table(results: list[dict]) -> str:
         for m in METRICS + SPLIT:
             for p in PERCENTILES:
                 v = r["metrics"][m][f"p{p}"]
-                cells.append(f"{v * 1e3:.3f} ms" if "latency" in m else f"{v:.0f}")
+                cells.append(f"{v * 1e3:.3f} ms" if "(seconds)" in m else f"{v:.0f}")
         rows.append(f"| {r['world_size']} | {r['batch']} | {r['compile']} | " + " | ".join(cells) + " |")
     return "\n".join(head + rows)
+
+
+def report_text(command: str, machine: dict, results: list[dict]) -> str:
+    """report.md's text: the command, the machine, the table."""
+    return (f"# Policy serving over torch.distributed.rpc\n\nCommand: `{command}`\n\nMachine: "
+            + ", ".join(f"{k} {v}" for k, v in machine.items()) + f"\n\n{table(results)}\n")
 
 
 def printed(results: list[dict]) -> str:
@@ -420,10 +427,11 @@ def main():
         results.append(run_config(opts, config))
     opts.out.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/rpc_serving.py " + " ".join(sys.argv[1:])
-    report = {"command": command, "x_axis_name": "world_size", "policy": opts.policy_name,
+    machine = describe_machine()
+    report = {"command": command, "machine": machine, "x_axis_name": "world_size", "policy": opts.policy_name,
               "observer_env": opts.observer_env, "episodes": opts.episodes, "steps": opts.steps, "benchmark_results": results}
     (opts.out / "report.json").write_text(json.dumps(report, indent=1))
-    text = f"# Policy serving over torch.distributed.rpc\n\nCommand: `{command}`\n\n{table(results)}\n"
+    text = report_text(command, machine, results)
     (opts.out / "report.md").write_text(text)
     plot(results, opts.out / "metrics.png")
     print(printed(results))

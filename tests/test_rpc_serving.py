@@ -44,6 +44,13 @@ def test_a_small_world_batched_and_not_eager_and_compiled(tmp_path):
             assert at("waiting for the batch (seconds)") == [0.0] * len(rpc_serving.PERCENTILES)
             assert at("policy time (seconds)") == at("agent latency (seconds)")
     assert "x_axis_name : world_size" in proc.stdout and (tmp_path / "metrics.png").exists()
+    # report.md: the machine, and every time in ms as the JSON has it (the policy time's p50 of each row)
+    text = (tmp_path / "report.md").read_text()
+    assert "Machine: cpu " in text and report["machine"]["cores"] >= 1
+    column = 3 + len(rpc_serving.PERCENTILES) * (rpc_serving.METRICS + rpc_serving.SPLIT).index("policy time (seconds)")
+    rows = [line.strip("|").split("|") for line in text.splitlines() if line.startswith("| 4 |")]
+    assert [row[column].strip() for row in rows] == [
+        f"{r['metrics']['policy time (seconds)']['p50'] * 1e3:.3f} ms" for r in results], rows
 
 
 @pytest.mark.parametrize("policy", ["mlp", "atari-cnn"])
