@@ -2,7 +2,7 @@
 
 CleanRL's `dqn_atari.py` algorithm and defaults: the Nature CNN on envpool's
 preprocessed frames (84x84 grey, frame stack 4, episodic life, clipped rewards),
-ε-greedy exploration annealed from 1 to 0.01 over the first 10% of the run, a
+ε-greedy exploration annealed from 1 to 0.01 over the first tenth of the run, a
 1M-transition replay buffer, one Adam update (lr 1e-4, batch 32) every 4 steps
 from step 80k, and a hard copy to the target network every 1000 steps. Read it next
 to `dqn_atari_envpool_torchcompile.py`, which learns the same thing faster.

@@ -139,8 +139,7 @@ class QNetwork(nn.Module):
     def greedy_action(self, x):
         """argmax of `forward`, with the layers' functions called on their weights directly: at batch 1 the
         nn.Module call machinery (Sequential, five module calls and their hook checks) costs more than the
-        math (2-core CPU, batch 1: 56 against 98 µs through the module call; benchmarks/inference.py,
-        policies dqn and dqn_module, docs/inference)."""
+        math."""
         first, _, second, _, last = self.network
         x = F.linear(x, first.weight, first.bias).relu()
         x = F.linear(x, second.weight, second.bias).relu()

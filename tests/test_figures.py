@@ -10,7 +10,10 @@ number of one of its section's sources (a percentage may be a fraction there). T
 hold no measured figure at all (CONTRIBUTING.md: figures live in docs/).
 """
 
+import ast
+import io
 import re
+import tokenize
 from functools import cache
 from pathlib import Path
 
@@ -108,14 +111,29 @@ def test_every_figure_is_in_a_file_its_section_cites(page, lines, intro):
                          f"{missing} ({heading!r})")
 
 
-TIMING = re.compile(r"#.*(\d ?(ms|µs|us|fps)\b|\d\.\d+x\b|\d+(\.\d+)? ?%)")
+TIMING = re.compile(r"(\d ?(ms|µs|us|fps)\b|\d\.\d+x\b|\d+(\.\d+)? ?%)")
+
+
+def prose(source: str) -> list[tuple[int, str]]:
+    """A script's comments and docstrings: (line number, text) per line."""
+    out = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+           if tok.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and ast.get_docstring(node) is not None:
+            first = node.body[0]
+            out += [(first.lineno + i, line) for i, line in enumerate(ast.get_docstring(node, clean=False).splitlines())]
+    return out
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in SCRIPT_DIR.glob("*.py")))
 def test_no_measured_figure_in_a_script_s_comments(script):
-    lines = [f"{i}: {line.strip()}" for i, line in enumerate((SCRIPT_DIR / script).read_text().splitlines(), 1)
-             if TIMING.search(line)]
-    assert not lines, f"measured figures belong in docs/, not in comments: {lines}"
+    lines = [f"{i}: {text.strip()}" for i, text in prose((SCRIPT_DIR / script).read_text()) if TIMING.search(text)]
+    assert not lines, f"measured figures belong in docs/, not in comments or docstrings: {lines}"
+
+
+def test_prose_holds_comments_and_docstrings():
+    source = '"""Module: 1.5x."""\nx = "3 ms"  # 2 fps\ndef f():\n    """Takes 4 µs."""\n    return f"{x} 5 ms"\n'
+    assert [t for _, t in prose(source) if TIMING.search(t)] == ["# 2 fps", "Module: 1.5x.", "Takes 4 µs."]
 
 
 def test_the_checker_finds_figures_and_their_sources(tmp_path):
