@@ -1,0 +1,147 @@
+"""This project's best mode against LeanRL's modes that run, interleaved rounds, same task and step budget.
+
+    python benchmarks/vs_leanrl.py --leanrl PATH [--pydeps PATH] --pairs sac,ppo_continuous --rounds 3 --out DIR
+
+PATH is a LeanRL checkout (github.com/pytorch-labs/LeanRL), kept outside this repository, with the few
+local fixes it needs to run on gymnasium 1.x, envpool 1.x and tensordict 0.15 (docs/leanrl.md lists
+them); `--pydeps` is a folder put on its PYTHONPATH for what it imports and this project does not install
+(torchrl, stable-baselines3). LeanRL logs only to Weights & Biases: its runs go offline and their `speed`
+values are read back from the run file. How LeanRL times a run differs per script: most log the fps
+since a start step S0 (cumulative); then the fps over the same window as ours (from step `frm` to the
+last log) is recovered exactly from the logged values, t = (step - S0) / speed. Its Atari PPO logs the
+fps of the last 10 iterations; then the rate over the windows after the first (the warm-up) is used.
+Ours is `charts/SPS`, as benchmarks/sps.py reads it. Every round runs every configuration once.
+"""
+
+import argparse
+import glob
+import json
+import os
+import shlex
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import write_results  # noqa: E402
+from benchmarks.sps import run_once  # noqa: E402
+
+# pair: (our best mode, our flags, total steps, [(name, LeanRL script, its flags, S0 or None, from-step or None)])
+PAIRS = {
+    "sac": ("sac_continuous_action_torchcompile --compile", "--env-id HalfCheetah-v4 --learning-starts 5000", 15000,
+            [("leanrl eager", "sac_continuous_action_torchcompile", "", 5003, 6000),
+             ("leanrl --compile", "sac_continuous_action_torchcompile", "--compile", 5003, 6000)]),
+    "td3": ("td3_continuous_action_torchcompile --compile", "--env-id HalfCheetah-v4 --learning-starts 5000", 15000,
+            [("leanrl eager", "td3_continuous_action_torchcompile", "--learning-starts 5000", 5003, 6000),
+             ("leanrl --compile", "td3_continuous_action_torchcompile", "--compile --learning-starts 5000", 5003, 6000)]),
+    "ppo_continuous": ("ppo_continuous_action_torchcompile --compile", "--env-id HalfCheetah-v4", 81920,
+                       [("leanrl eager", "ppo_continuous_action_torchcompile", "", 4096, 20480),
+                        ("leanrl --compile", "ppo_continuous_action_torchcompile", "--compile", 4096, 20480)]),
+    "ppo_atari": ("ppo_atari_envpool_torchcompile --compile", "--env-id Breakout-v5", 40960,
+                  [("leanrl eager", "ppo_atari_envpool_torchcompile", "", None, None),
+                   ("leanrl --compile", "ppo_atari_envpool_torchcompile", "--compile", None, None)]),
+    "dqn": ("dqn_torchcompile --compile", "--env-id CartPole-v1", 60000,
+            [("leanrl eager", "dqn_torchcompile", "", 10003, 20000),
+             ("leanrl --compile", "dqn_torchcompile", "--compile", 10003, 20000)]),
+}
+
+
+def wandb_records(path: Path):
+    """The records of a .wandb file: a LevelDB-log-style stream (a 7-byte W&B header, 32 KiB blocks, 7-byte
+    record headers: crc, length, type), records split across blocks as FIRST, MIDDLE, LAST."""
+    data, pos, buf, block = path.read_bytes(), 7, b"", 32768
+    if data[:4] != b":W&B":
+        raise SystemExit(f"{path}: not a .wandb file")
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # the block's trailer
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if length == 0 and kind == 0:
+            pos += left
+            continue
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 1:
+            yield chunk
+        elif kind == 2:
+            buf = chunk
+        elif kind == 3:
+            buf += chunk
+        elif kind == 4:
+            yield buf + chunk
+            buf = b""
+
+
+def logged_speeds(path: Path) -> list[tuple[int, float]]:
+    """(step, speed) of every wandb.log call that logged `speed`."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    rows = []
+    for raw in wandb_records(path):
+        record = pb.Record()
+        record.ParseFromString(raw)
+        if record.WhichOneof("record_type") == "history":
+            items = {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in record.history.item}
+            if "speed" in items:
+                rows.append((int(items["_step"]), float(items["speed"])))
+    return rows
+
+
+def leanrl_fps(leanrl: Path, pydeps: str, script: str, flags: str, env_id: str, total: int, s0, frm) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONPATH": pydeps, "WANDB_MODE": "offline", "WANDB_DIR": tmp}
+        cmd = [sys.executable, str(leanrl / "leanrl" / f"{script}.py"), "--env-id", env_id, "--total-timesteps",
+               str(total), *shlex.split(flags)]
+        proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"LeanRL {script} {flags}: {proc.stderr[-2000:]}")
+        rows = logged_speeds(Path(glob.glob(f"{tmp}/wandb/offline-run-*/run-*.wandb")[0]))
+    if s0 is None:  # windowed values: the mean rate over the windows after the first
+        speeds = [s for _, s in rows[1:]]
+        return len(speeds) / sum(1 / s for s in speeds)
+    times = {step: (step - s0) / speed for step, speed in rows}
+    last = rows[-1][0]
+    return (last - frm) / (times[last] - times[frm])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--leanrl", type=Path, required=True, help="a LeanRL checkout, fixed to run (see above)")
+    parser.add_argument("--pydeps", default="", help="PYTHONPATH for LeanRL's runs")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pairs", default=",".join(PAIRS))
+    parser.add_argument("--out", type=Path, default=None, help="also write results.md and results.json here")
+    opts = parser.parse_args()
+    unknown = [p for p in opts.pairs.split(",") if p not in PAIRS]
+    if unknown or not (opts.leanrl / "leanrl").is_dir() or opts.rounds < 1:
+        parser.error(f"unknown pairs {unknown}" if unknown else "--rounds must be at least 1" if opts.rounds < 1
+                     else f"--leanrl {opts.leanrl}: not a LeanRL checkout (no leanrl/ folder)")
+    lines, data = [], {}
+    for pair in opts.pairs.split(","):
+        ours, args, total, theirs = PAIRS[pair]
+        env_id, common = shlex.split(args)[1], shlex.split(args)[2:]
+        fps = {ours: []} | {name: [] for name, *_ in theirs}
+        for rnd in range(opts.rounds):
+            with tempfile.TemporaryDirectory() as tmp:
+                fps[ours].append(run_once(ours, common, total, env_id, Path(tmp))["sps"])
+            for name, script, flags, s0, frm in theirs:
+                fps[name].append(leanrl_fps(opts.leanrl, opts.pydeps, script, flags, env_id, total, s0, frm))
+            print(f"{pair} round {rnd + 1}: " + ", ".join(f"{k}: {v[-1]:.1f}" for k, v in fps.items()),
+                  file=sys.stderr, flush=True)
+        best = max((n for n, *_ in theirs), key=lambda n: statistics.median(fps[n]))
+        ratios = [x / y for x, y in zip(fps[ours], fps[best])]  # same round
+        lines += [f"## {pair} ({env_id}, {total} steps, {opts.rounds} rounds)", "",
+                  "| configuration | fps (median) | per round |", "|---|---|---|"]
+        lines += [f"| {k} | {statistics.median(v):.1f} | {', '.join(f'{x:.1f}' for x in v)} |" for k, v in fps.items()]
+        lines += ["", f"ours / LeanRL's best ({best}): median {statistics.median(ratios):.2f}x, per round "
+                  + ", ".join(f"{x:.2f}" for x in ratios), ""]
+        data[pair] = fps
+    write_results(opts.out, "\n".join(lines), {"fps": data})
+
+
+if __name__ == "__main__":
+    main()
