@@ -77,6 +77,8 @@ LEAF_RULES = [
     ("logging", r"writer\.add|speed\.(log|tick)|pbar\.|set_postfix|explained_var|np\.var|y_pred|\bkept\b|print\(|"
                 r"episode_stats|\bgames\b|device_get"),
     ("environment", r"\benvs?\.(step|reset)\("),
+    # the JAX DQN twins' jitted update also writes the staged steps into the buffer: the call is the update
+    ("update", r"= update\("),
     ("environment + acting", r"= rollout\("),  # JAX's Atari twin: envpool's XLA step and the policy, one jitted scan
     ("storage", r"\brb\.(add|start)\(|rb = (buffer_add|write_steps|start)\(|staged\.|rollout\[|\w+\[step\] = "),
     ("acting", r"get_action|\bpolicy\(|\bactor\(|greedy_action|q_network\(|\bact\(|action_space\.sample|epsilon|"

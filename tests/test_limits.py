@@ -36,6 +36,10 @@ def test_a_sample_goes_where_main_was(script):
     if script in PAIRS.values():  # CleanRL's layout: the update is written out in main()
         backward = lines_matching(main, r"\.backward\(\)")
         assert backward and {category(script, main, n) for n in backward} == {"update"}
+    updates = lines_matching(main, r"= update\(")  # a jitted update, with the JAX DQN twins' buffer writes fused in
+    assert {category(script, main, n) for n in updates} <= {"update"}
+    if script in ("dqn_jax", "dqn_atari_envpool_jax"):
+        assert updates, "the JAX DQN twin's update call was not found"
     # a library's frame decides, wherever main() was
     first = steps[0]
     assert category(script, main, losses[0], ("step (gymnasium/core.py:300)",)) == "environment"
