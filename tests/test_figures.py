@@ -24,7 +24,7 @@ from helpers import REPO, SCRIPT_DIR
 PAGES = [REPO / "README.md"] + sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "quoted.md")
 UNIT = r"(?:x|×|%|\s?(?:fps|s|ms|µs|us|min|GB|MB|GFLOP/s|MFLOP|M|steps/s|calls/s|/s|requests/s|seconds|minutes|hours))"
 NUMBER = re.compile(r"(?<![\w.])([-−]?)(\d[\d,]*(?:\.\d+)?)(" + UNIT + r")?(?![\w/]|\.\d)")
-SOURCE_NUMBER = re.compile(r"(?<![\d.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")  # a range "1.2-3.4" is two numbers
+SOURCE_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")  # a range "1.2-3.4" is two numbers
 LINK = re.compile(r"\]\(([^)#\s]+)")
 
 
@@ -146,5 +146,5 @@ def test_the_checker_finds_figures_and_their_sources(tmp_path):
     assert all(traced(f, values) for f in figures(lines))
     assert not traced("86.8 fps", values) and not traced("1.72x", values)
     source = tmp_path / "results.md"
-    source.write_text("| 12.5 | 128.8-145.0 | 1e-05 | -3 |")
-    assert numbers_in(source) == [12.5, 128.8, 145.0, 1e-05, -3.0]
+    source.write_text("| 12.5 | 128.8-145.0 | 31 µs-2.11 ms | 1e-05 | -3 |")
+    assert numbers_in(source) == [12.5, 128.8, 145.0, 31.0, 2.11, 1e-05, -3.0]
