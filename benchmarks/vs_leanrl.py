@@ -23,6 +23,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -76,10 +77,25 @@ def wandb_records(path: Path):
             buf = b""
 
 
+def settled(path: Path, quiet: float = 1.0, timeout: float = 60.0) -> Path:
+    """Wait until the file has not grown for `quiet` seconds: wandb's writer (a service process) can still be
+    flushing the last records after the run that logged them has finished."""
+    size, since, start = -1, time.monotonic(), time.monotonic()
+    while time.monotonic() - start < timeout:
+        now = path.stat().st_size
+        if now != size:
+            size, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            break
+        time.sleep(0.1)
+    return path
+
+
 def logged_speeds(path: Path) -> list[tuple[int, float]]:
     """(step, speed) of every wandb.log call that logged `speed`."""
     from wandb.proto import wandb_internal_pb2 as pb
 
+    settled(path)
     rows = []
     for raw in wandb_records(path):
         record = pb.Record()
