@@ -150,19 +150,19 @@ class EpisodeStats:
 
 # ALGO LOGIC: initialize agent here:
 class QNetwork(nn.Module):
-    def __init__(self, env, device=None):
+    def __init__(self, env):
         super().__init__()
         self.network = nn.Sequential(
-            nn.Conv2d(4, 32, 8, stride=4, device=device),
+            nn.Conv2d(4, 32, 8, stride=4),
             nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2, device=device),
+            nn.Conv2d(32, 64, 4, stride=2),
             nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1, device=device),
+            nn.Conv2d(64, 64, 3, stride=1),
             nn.ReLU(),
             nn.Flatten(),
-            nn.Linear(3136, 512, device=device),
+            nn.Linear(3136, 512),
             nn.ReLU(),
-            nn.Linear(512, env.single_action_space.n, device=device),
+            nn.Linear(512, env.single_action_space.n),
         )
 
     def forward(self, x):
@@ -256,17 +256,19 @@ def main(args: Args) -> None:
     envs.single_action_space.seed(args.seed)
     episode_stats = EpisodeStats(1)
 
-    q_network = QNetwork(envs, device=device).to(memory_format=torch.channels_last)  # see QNetwork.forward
+    # the network is built on the CPU and moved, as in the eager script: the same initial weights, drawn
+    # from the CPU generator, on any device
+    q_network = QNetwork(envs).to(device, memory_format=torch.channels_last)  # see QNetwork.forward
     q_params = from_module(q_network).data  # detached views of the weights, shared storage
     # fused: one kernel per step, its state on the device; capturable under CUDA graphs: a replayed step
     # reads its step count on the device
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True, capturable=graphs)
     # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
-    q_network_detach = QNetwork(envs, device="meta")
+    with torch.device("meta"):  # shells without weights of their own: each runs the weights put into it
+        q_network_detach, target_network = QNetwork(envs), QNetwork(envs)
     q_params.to_module(q_network_detach, preserve_module_state=False)
     # the target network: a copy of the weights run by a "meta" shell (the target starts as an exact copy)
     target_params = q_params.clone()
-    target_network = QNetwork(envs, device="meta")
     target_params.to_module(target_network, preserve_module_state=False)
 
     rb = ReplayBuffer(args.buffer_size, envs.single_observation_space.shape[1:], device, args.seed)

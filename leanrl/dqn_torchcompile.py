@@ -123,14 +123,14 @@ def make_env(env_id: str, seed: int, capture_video: bool = False, run_name: str 
 
 # ALGO LOGIC: initialize agent here:
 class QNetwork(nn.Module):
-    def __init__(self, env, device=None):
+    def __init__(self, env):
         super().__init__()
         self.network = nn.Sequential(
-            nn.Linear(np.array(env.observation_space.shape).prod(), 120, device=device),
+            nn.Linear(np.array(env.observation_space.shape).prod(), 120),
             nn.ReLU(),
-            nn.Linear(120, 84, device=device),
+            nn.Linear(120, 84),
             nn.ReLU(),
-            nn.Linear(84, env.action_space.n, device=device),
+            nn.Linear(84, env.action_space.n),
         )
 
     def forward(self, x):
@@ -209,17 +209,19 @@ def main(args: Args) -> None:
     # env setup
     env = make_env(args.env_id, args.seed, args.capture_video, run_name)
 
-    q_network = QNetwork(env, device=device)
+    # the network is built on the CPU and moved, as in the eager script: the same initial weights, drawn
+    # from the CPU generator, on any device
+    q_network = QNetwork(env).to(device)
     q_params = from_module(q_network).data  # detached views of the weights, shared storage
     # fused: one kernel per step, its state on the device; capturable under CUDA graphs: a replayed step
     # reads its step count on the device
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True, capturable=graphs)
     # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
-    q_network_detach = QNetwork(env, device="meta")
+    with torch.device("meta"):  # shells without weights of their own: each runs the weights put into it
+        q_network_detach, target_network = QNetwork(env), QNetwork(env)
     q_params.to_module(q_network_detach, preserve_module_state=False)
     # the target network: a copy of the weights run by a "meta" shell
     target_params = q_params.clone()
-    target_network = QNetwork(env, device="meta")
     target_params.to_module(target_network, preserve_module_state=False)
     rb = ReplayBuffer(args.buffer_size, env.observation_space.shape[0], device, args.seed)
 

@@ -170,21 +170,21 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class Agent(nn.Module):
-    def __init__(self, envs, device=None):
+    def __init__(self, envs):
         super().__init__()
         self.network = nn.Sequential(
-            layer_init(nn.Conv2d(4, 32, 8, stride=4, device=device)),
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
             nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2, device=device)),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
             nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1, device=device)),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
             nn.ReLU(),
             nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, 512, device=device)),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
             nn.ReLU(),
         )
-        self.actor = layer_init(nn.Linear(512, envs.single_action_space.n, device=device), std=0.01)
-        self.critic = layer_init(nn.Linear(512, 1, device=device), std=1)
+        self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1)
 
     @staticmethod
     def frames(x):
@@ -258,9 +258,12 @@ def main(args: Args) -> None:
     if args.capture_video:
         print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
 
-    agent = Agent(envs, device=device).to(memory_format=torch.channels_last)  # see Agent.frames
+    # the network is built on the CPU and moved, as in the eager script: the same initial weights, drawn
+    # from the CPU generator, on any device
+    agent = Agent(envs).to(device, memory_format=torch.channels_last)  # see Agent.frames
     # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
-    agent_inference = Agent(envs, device="meta")
+    with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
+        agent_inference = Agent(envs)
     from_module(agent).data.to_module(agent_inference, preserve_module_state=False)
     # the learning rate is a tensor annealed in place: compiled code and CUDA graphs read its new value;
     # fused: one kernel per step, its state on the device; capturable under CUDA graphs: a replayed step

@@ -216,3 +216,47 @@ def test_every_script_has_a_spec():
 
     scripts = sorted(p.stem for p in SCRIPT_DIR.glob("*.py"))
     assert scripts == CHECKED, "add the new script to SPECS"
+
+
+class _NetworksBuilt(Exception):
+    """Stops a script's main() once its networks are built (at its writer, which comes after them)."""
+
+
+PYTORCH = [s for s in CHECKED if not s.endswith("_jax") and "multigpu" not in s]  # main() runs alone in-process
+
+
+@pytest.mark.parametrize("script", PYTORCH)
+def test_networks_are_built_on_the_cpu_and_moved(script, monkeypatch, tmp_path):
+    """Every script of a pair draws its initial weights from the CPU generator, on any device: its layers are
+    built without a device (by argument or `with torch.device(...)`) and moved, so that on a GPU the
+    optimized script starts from the eager script's weights, as it does here. A layer built on the training
+    device (the CPU here) fails this; shells built on "meta" (they hold no weights of their own) pass."""
+    import torch.nn as nn
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+
+    module, built = load_script(script), []
+    for layer in (nn.Linear, nn.Conv2d):
+        init = layer.__init__
+
+        def recording(self, *args, _init=init, **kwargs):
+            contexts = [m.device for m in _get_current_function_mode_stack() if isinstance(m, DeviceContext)]
+            device = torch.device(kwargs.get("device") or (contexts[-1] if contexts else "cpu"))
+            # a device given, by argument or context, other than "meta"
+            built.append((type(self).__name__, device.type != "meta" and ("device" in kwargs or bool(contexts)),
+                          device.type))
+            _init(self, *args, **kwargs)
+        monkeypatch.setattr(layer, "__init__", recording)
+
+    def stop(*args, **kwargs):
+        raise _NetworksBuilt
+    monkeypatch.setattr(module, "make_writer", stop)
+    monkeypatch.chdir(tmp_path)
+    args = SPECS[script].short
+    with pytest.raises(_NetworksBuilt):
+        module.main(module.Args(**{a[2:].replace("-", "_"): type(getattr(module.Args, a[2:].replace("-", "_")))(v)
+                                   for a, v in zip(args[::2], args[1::2])}))
+    real = [(name, explicit) for name, explicit, device in built if device != "meta"]
+    assert real, "no layer was built"
+    assert not [name for name, explicit in real if explicit], f"layers built on a given device: {real}"
+    assert {device for _, _, device in built} <= {"cpu", "meta"}, built
