@@ -40,7 +40,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.optim as optim
 import tqdm
 import tyro
 from tensordict import TensorDict, from_module
@@ -165,25 +164,25 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class Agent(nn.Module):
-    def __init__(self, envs, device=None):
+    def __init__(self, envs):
         super().__init__()
         obs_dim = np.array(envs.single_observation_space.shape).prod()
         act_dim = np.prod(envs.single_action_space.shape)
         self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64, device=device)),
+            layer_init(nn.Linear(obs_dim, 64)),
             nn.Tanh(),
-            layer_init(nn.Linear(64, 64, device=device)),
+            layer_init(nn.Linear(64, 64)),
             nn.Tanh(),
-            layer_init(nn.Linear(64, 1, device=device), std=1.0),
+            layer_init(nn.Linear(64, 1), std=1.0),
         )
         self.actor_mean = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64, device=device)),
+            layer_init(nn.Linear(obs_dim, 64)),
             nn.Tanh(),
-            layer_init(nn.Linear(64, 64, device=device)),
+            layer_init(nn.Linear(64, 64)),
             nn.Tanh(),
-            layer_init(nn.Linear(64, act_dim, device=device), std=0.01),
+            layer_init(nn.Linear(64, act_dim), std=0.01),
         )
-        self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim, device=device))
+        self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim))
 
     def get_value(self, x):
         return self.critic(x)
@@ -224,6 +223,46 @@ def chunk_size(num_steps: int, most: int = 64) -> int:
     return max(c for c in range(1, min(most, num_steps) + 1) if num_steps % c == 0)
 
 
+class Adam:
+    """torch.optim.Adam's arithmetic (no weight decay, no amsgrad) written out over lists of tensors.
+
+    torch.optim's step() breaks a compiled graph on purpose (before and after it) and reads its step
+    count on the host; written out, torch.compile traces the step into the update's program, where
+    inductor fuses its element-wise work into a few loops, and a CUDA graph can replay it: the step
+    count, the learning rate and the bias corrections are device tensors."""
+
+    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps=1e-8):
+        self.params = list(params)
+        self.beta1, self.beta2, self.eps = betas[0], betas[1], eps
+        device = self.params[0].device
+        self.lr = torch.tensor(lr, device=device)
+        self.t = torch.zeros((), dtype=torch.float64, device=device)  # steps taken
+        # the bias corrections of the next step, 1 / (1 - beta1**t) and sqrt(1 - beta2**t), kept ready: the
+        # compiled loops over the weights read two numbers, where computed in the step they would recompute
+        # a power and a square root every few elements
+        self.inv_bias_correction1 = torch.tensor(1 / (1 - betas[0]), device=device)
+        self.bias_correction2_sqrt = torch.tensor((1 - betas[1]) ** 0.5, device=device)
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+
+    @torch.no_grad()
+    def step(self, grads) -> None:
+        # one foreach call per operation over every tensor: a few kernels per step in eager mode too
+        torch._foreach_lerp_(self.exp_avg, grads, 1 - self.beta1)
+        torch._foreach_mul_(self.exp_avg_sq, self.beta2)
+        torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, 1 - self.beta2)
+        denom = torch._foreach_add(torch._foreach_div(torch._foreach_sqrt(self.exp_avg_sq), self.bias_correction2_sqrt),
+                                   self.eps)
+        steps = torch._foreach_div(self.exp_avg, denom)
+        torch._foreach_mul_(steps, -self.lr * self.inv_bias_correction1)
+        torch._foreach_add_(self.params, steps)
+        # the next step's bias corrections, in float64 as torch.optim computes them on the host (in float32,
+        # 1 - 0.999**t is off by about 1e-5 at the first steps)
+        self.t += 1
+        self.inv_bias_correction1.copy_(1 / (1 - self.beta1 ** (self.t + 1)))
+        self.bias_correction2_sqrt.copy_((1 - self.beta2 ** (self.t + 1)).sqrt())
+
+
 def main(args: Args) -> None:
     started = time.time()  # the run's start, logged as charts/start (see make_writer)
     check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
@@ -245,15 +284,16 @@ def main(args: Args) -> None:
     # env setup
     envs = make_envs(args, run_name)
 
-    agent = Agent(envs, device=device)
+    # the network is built on the CPU and moved, as in the eager script: the same initial weights, drawn
+    # from the CPU generator, on any device
+    agent = Agent(envs).to(device)
     # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
-    agent_inference = Agent(envs, device="meta")
+    with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
+        agent_inference = Agent(envs)
     from_module(agent).data.to_module(agent_inference, preserve_module_state=False)
-    # the learning rate is a tensor annealed in place: compiled code and CUDA graphs read its new value;
-    # fused: one kernel per step, its state on the device; capturable under CUDA graphs: a replayed step
-    # reads its step count on the device
-    optimizer = optim.Adam(agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
-                           fused=True, capturable=graphs)
+    # Adam written out (above), its learning rate a tensor annealed in place: compiled code and CUDA
+    # graphs read its new value
+    optimizer = Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
     # ALGO Logic: Storage setup, one TensorDict preallocated on the device
     rollout = TensorDict(
@@ -263,13 +303,29 @@ def main(args: Args) -> None:
         rewards=torch.zeros((args.num_steps, args.num_envs)),
         dones=torch.zeros((args.num_steps, args.num_envs)),
         values=torch.zeros((args.num_steps, args.num_envs)),
+        advantages=torch.zeros((args.num_steps, args.num_envs)),
+        returns=torch.zeros((args.num_steps, args.num_envs)),
         batch_size=[args.num_steps, args.num_envs],
         device=device,
     )
+    # the flattened batch, made once: views of the rollout, which is written in place, so that the
+    # update reads its minibatches from them by index, inside its program
+    batch = rollout.view(-1)
 
-    def policy(obs):
+    # rewards and done flags come from the environment on the host: staged there, a row per step, they
+    # reach the device in one copy per iteration, not one small copy each per step
+    rewards_host = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    dones_host = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    step_index = torch.zeros(1, dtype=torch.long, device=device)  # the rollout row the acting step writes
+
+    def act(obs):
+        """The acting step: sample an action and write the step's observation, action, logprob and value
+        into the rollout, in place, at `step_index` (a device counter): one program under --compile."""
         action, logprob, _, value = agent_inference.get_action_and_value(obs)
-        return action, logprob, value.flatten()
+        for key, x in (("obs", obs), ("actions", action), ("logprobs", logprob), ("values", value.flatten())):
+            rollout[key].index_copy_(0, step_index, x.unsqueeze(0))
+        step_index.add_(1)
+        return action
 
     chunk, gae_chunk_fn = chunk_size(args.num_steps), gae_chunk  # compiled below with --compile
 
@@ -281,7 +337,9 @@ def main(args: Args) -> None:
             advantages[end - chunk:end], lastgaelam = gae_chunk_fn(delta[end - chunk:end], coef[end - chunk:end], lastgaelam)
         return advantages, advantages + values
 
-    def loss_and_grads(mb):
+    def update(mb_inds):
+        """One minibatch update, from its indices to the Adam step: under --compile one program."""
+        mb = batch[mb_inds]  # the minibatch is gathered inside the update: one index per field, fused
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
         logratio = newlogprob - mb["logprobs"]
         ratio = logratio.exp()
@@ -318,39 +376,36 @@ def main(args: Args) -> None:
 
         entropy_loss = entropy.mean()
         loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-        loss.backward()
-        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+
+        # gradients as values (torch.autograd.grad), not accumulated into .grad: nothing to zero
+        grads = torch.autograd.grad(loss, optimizer.params)
+        # clip_grad_norm_ written out over the gradient values, with its formulas
+        clip_coef = (args.max_grad_norm / (nn.utils.get_total_norm(grads) + 1e-6)).clamp(max=1.0)
+        torch._foreach_mul_(grads, clip_coef)
+        optimizer.step(grads)
         return TensorDict(value_loss=v_loss.detach(), policy_loss=pg_loss.detach(), entropy=entropy_loss.detach(),
                           old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
-
-    def update(mb):
-        optimizer.zero_grad()
-        out = loss_and_grads(mb)  # forward, backward, gradient clipping
-        optimizer.step()
-        return out
 
     if args.compile:
         if device.type == "cpu":
             # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
             # without it (the contract); on a GPU inductor's own generator is faster and stays on
             torch._inductor.config.fallback_random = True
-        # trace loss.backward() into the compiled graph: forward and backward become one graph
+        # trace torch.autograd.grad into the compiled graph: the gather, forward, backward, clipping and
+        # Adam step of a minibatch become one program, with no graph break and one guard check
         torch._dynamo.config.trace_autograd_ops = True
-        policy = torch.compile(policy)
+        act = torch.compile(act)
         gae_chunk_fn = torch.compile(gae_chunk)  # a chunk unrolls into one fused kernel
-        # the optimizer step stays eager: one fused kernel, that compiled would add graph breaks (under
-        # --cudagraphs it is in the replayed graph anyway)
-        loss_and_grads = torch.compile(loss_and_grads)
+        update = torch.compile(update)
 
     if args.cudagraphs:
-        # the acting step, GAE and the whole minibatch update (zero_grad, forward, backward, clipping,
-        # step) each become one graph replay; the warm-up calls before the capture let compilation
-        # finish (without CUDA: called directly)
+        # the acting step, GAE and the whole minibatch update each become one graph replay; the warm-up
+        # calls before the capture let compilation finish (without CUDA: called directly)
         warnings.filterwarnings("ignore", "This module is instantiated on a machine without CUDA")
         warmup = 4 if args.compile else 2
-        policy = CudaGraphModule(policy, warmup=warmup)
+        act = CudaGraphModule(act, warmup=warmup)
         gae = CudaGraphModule(gae, warmup=warmup)
-        update = CudaGraphModule(update, in_keys=[], out_keys=[], warmup=warmup)
+        update = CudaGraphModule(update, warmup=warmup)
 
     writer = make_writer(args, run_name, started)
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
@@ -363,7 +418,7 @@ def main(args: Args) -> None:
     # tensors made on the device directly (here and in the loop): one copy from numpy, where
     # `torch.Tensor(x).to(device)` builds a host tensor first
     next_obs = torch.as_tensor(next_obs, device=device, dtype=torch.float32)
-    next_done = torch.zeros(args.num_envs, device=device)
+    next_done = np.zeros(args.num_envs, dtype=np.float32)
     pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step")
 
     for iteration in range(1, args.num_iterations + 1):
@@ -371,23 +426,24 @@ def main(args: Args) -> None:
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # in place: no recompilation
+            optimizer.lr.copy_(frac * args.learning_rate)  # in place: no recompilation
 
+        step_index.zero_()
         for step in range(0, args.num_steps):
             global_step += args.num_envs
+            dones_host[step] = next_done
 
-            # ALGO LOGIC: action logic
-            action, logprob, value = policy(next_obs)
-            for key, x in (("obs", next_obs), ("dones", next_done), ("actions", action), ("logprobs", logprob),
-                           ("values", value)):
-                rollout[key][step] = x  # in place, on the device
+            # ALGO LOGIC: action logic (the step's writes into the rollout are in `act`)
+            action = act(next_obs)
 
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-            rollout["rewards"][step] = torch.as_tensor(reward, device=device)
             # as in CleanRL, a time-limit truncation ends the episode like a termination: GAE does not
             # bootstrap from the last observation (every HalfCheetah episode ends so, after 1000 steps)
-            next_done = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
+            next_done = np.logical_or(terminations, truncations)
+            rewards_host[step] = reward
+            # made on the device directly: one copy from numpy, where `torch.Tensor(x).to(device)` builds a
+            # host tensor first
             next_obs = torch.as_tensor(next_obs, device=device, dtype=torch.float32)
 
             # same-step autoreset: a finished episode's statistics come in final_info, once
@@ -400,12 +456,12 @@ def main(args: Args) -> None:
             pbar.update(args.num_envs)
 
         # bootstrap value if not done
-        rollout["advantages"], rollout["returns"] = gae(
-            rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done
-        )
-
-        # flatten the batch
-        batch = rollout.reshape(-1)
+        rollout["rewards"].copy_(torch.from_numpy(rewards_host))  # the staged rows, one copy each
+        rollout["dones"].copy_(torch.from_numpy(dones_host))
+        next_done_t = torch.as_tensor(next_done, device=device, dtype=torch.float32)
+        advantages, returns = gae(rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done_t)
+        rollout["advantages"].copy_(advantages)  # in place: the flattened batch's views see them
+        rollout["returns"].copy_(returns)
 
         # Optimizing the policy and value network
         stats = []
@@ -414,7 +470,7 @@ def main(args: Args) -> None:
             b_inds = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 end = start + args.minibatch_size
-                stats.append(update(batch[b_inds[start:end]]))
+                stats.append(update(b_inds[start:end]))
 
             if args.target_kl is not None and stats[-1]["approx_kl"] > args.target_kl:  # a host sync, opt-in
                 break
@@ -426,7 +482,7 @@ def main(args: Args) -> None:
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
+        writer.add_scalar("charts/learning_rate", optimizer.lr.item(), global_step)
         writer.add_scalar("losses/value_loss", last["value_loss"].item(), global_step)
         writer.add_scalar("losses/policy_loss", last["policy_loss"].item(), global_step)
         writer.add_scalar("losses/entropy", last["entropy"].item(), global_step)

@@ -6,15 +6,18 @@ saves:
 
 - the twin Q-networks run as one `torch.vmap`'d ensemble (one batched matmul per
   layer for both critics, one optimizer over stacked weights);
-- the replay buffer is a TensorDict preallocated on the training device and
-  sampled there: no host round-trip per update;
-- the actor loss reads the critics through detached weights: no gradient is
-  computed for weights that the actor step does not update;
+- the replay buffer is one tensor of rows preallocated on the training device, a
+  transition per row, staged on the host and copied once per batch; the update
+  gathers its batch from it with one index;
+- each update (critic, delayed actor and temperature, target networks) is one
+  function: gradients come from `torch.autograd.grad` (only those asked for, nothing
+  to zero) and Adam is written out over tensors (`Adam` below), so that the whole
+  update can be one compiled program;
 - the target networks are updated with one fused `lerp_`;
-- `--compile`: `torch.compile` of the acting step and of the losses with their
-  backward passes (the fused optimizer steps stay eager: one kernel each);
-- `--cudagraphs`: each whole update, and the acting step, replayed as one CUDA
-  graph (tensordict's `CudaGraphModule`): no kernel-launch overhead on a GPU;
+- `--compile`: `torch.compile` of the acting step and of the whole update, one
+  graph per kind of update (with or without the delayed actor step);
+- `--cudagraphs`: each kind of update, and the acting step, replayed as one CUDA
+  graph (tensordict's `CudaGraphModule`): one launch for all of its kernels on a GPU;
 - no `.item()` in the hot loop: values are read back only at logging intervals.
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
@@ -23,6 +26,7 @@ What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 """
 
 import atexit
+import functools
 import math
 import os
 import random
@@ -123,13 +127,13 @@ def make_env(env_id: str, seed: int, capture_video: bool = False, run_name: str 
 
 # ALGO LOGIC: initialize agent here:
 class SoftQNetwork(nn.Module):
-    def __init__(self, env, device=None):
+    def __init__(self, env):
         super().__init__()
         obs_dim = np.prod(env.observation_space.shape)
         act_dim = np.prod(env.action_space.shape)
-        self.fc1 = nn.Linear(obs_dim + act_dim, 256, device=device)
-        self.fc2 = nn.Linear(256, 256, device=device)
-        self.fc3 = nn.Linear(256, 1, device=device)
+        self.fc1 = nn.Linear(obs_dim + act_dim, 256)
+        self.fc2 = nn.Linear(256, 256)
+        self.fc3 = nn.Linear(256, 1)
 
     def forward(self, x, a):
         x = torch.cat([x, a], 1)
@@ -143,18 +147,18 @@ LOG_STD_MIN = -5
 
 
 class Actor(nn.Module):
-    def __init__(self, env, device=None):
+    def __init__(self, env):
         super().__init__()
         obs_dim = np.prod(env.observation_space.shape)
         act_dim = np.prod(env.action_space.shape)
-        self.fc1 = nn.Linear(obs_dim, 256, device=device)
-        self.fc2 = nn.Linear(256, 256, device=device)
-        self.fc_mean = nn.Linear(256, act_dim, device=device)
-        self.fc_logstd = nn.Linear(256, act_dim, device=device)
+        self.fc1 = nn.Linear(obs_dim, 256)
+        self.fc2 = nn.Linear(256, 256)
+        self.fc_mean = nn.Linear(256, act_dim)
+        self.fc_logstd = nn.Linear(256, act_dim)
         # action rescaling
         high, low = env.action_space.high, env.action_space.low
-        self.register_buffer("action_scale", torch.tensor((high - low) / 2.0, dtype=torch.float32, device=device))
-        self.register_buffer("action_bias", torch.tensor((high + low) / 2.0, dtype=torch.float32, device=device))
+        self.register_buffer("action_scale", torch.tensor((high - low) / 2.0, dtype=torch.float32))
+        self.register_buffer("action_bias", torch.tensor((high + low) / 2.0, dtype=torch.float32))
 
     def forward(self, x):
         x = F.relu(self.fc1(x))
@@ -183,25 +187,86 @@ class Actor(nn.Module):
 
 
 class ReplayBuffer:
-    """A circular buffer of transitions preallocated on the training device: a batch is an index there,
-    with no copy from the host."""
+    """A circular buffer of transitions preallocated on the training device. Each transition is one row of
+    a single tensor (observation, next observation, action, reward, done), so that the update gathers a
+    batch with one index, inside its compiled program; rows are staged on the host and reach the device in
+    one copy when a batch is drawn, not five small copies per step."""
 
-    def __init__(self, size: int, obs_dim: int, act_dim: int, device: torch.device):
-        dims = dict(observations=obs_dim, next_observations=obs_dim, actions=act_dim, rewards=1, dones=1)
-        self.data = TensorDict({key: torch.zeros(size, dim) for key, dim in dims.items()}, [size], device=device)
-        self.size, self.pos, self.full, self.device = size, 0, False, device
+    def __init__(self, size: int, obs_dim: int, act_dim: int, device: torch.device, stage: int = 64):
+        self.widths = [obs_dim, obs_dim, act_dim, 1, 1]  # observations, next_observations, actions, rewards, dones
+        self.size, self.pos, self.full, self.n_staged, self.device = size, 0, False, 0, device
+        self.rows = torch.zeros(size, sum(self.widths), device=device)
+        self.staged = torch.zeros(stage, sum(self.widths))
+        self.staged_np = self.staged.numpy()  # writing a row there is cheap
+        self.ends = np.cumsum(self.widths)
 
     def add(self, obs, next_obs, action, reward, done):
-        for key, value in zip(self.data.keys(), (obs, next_obs, action, reward, done)):
-            self.data[key][self.pos] = torch.as_tensor(value, dtype=torch.float32)
-        self.pos = (self.pos + 1) % self.size
-        self.full = self.full or self.pos == 0
+        row = self.staged_np[self.n_staged]
+        for value, start, end in zip((obs, next_obs, action, reward, done), self.ends - self.widths, self.ends):
+            row[start:end] = value
+        self.n_staged += 1
+        if self.n_staged == len(self.staged_np):
+            self.flush()
 
-    def sample(self, batch_size: int) -> TensorDict:
-        # the indices come from the CPU generator, as in the eager script: the same batches on a GPU too,
-        # for one small copy (no sync) to the device
-        idx = torch.randint(0, self.size if self.full else self.pos, (batch_size,)).to(self.device, non_blocking=True)
-        return self.data[idx]
+    def flush(self):
+        n, self.n_staged = self.n_staged, 0
+        idx = (self.pos + torch.arange(n)) % self.size
+        # a blocking copy: the staged rows can be overwritten right after (it costs no wait: the acting
+        # step reads its action back every step and the device is idle by then)
+        self.rows[idx.to(self.device)] = self.staged[:n].to(self.device)
+        self.full = self.full or self.pos + n >= self.size
+        self.pos = (self.pos + n) % self.size
+
+    def sample_indices(self, batch_size: int) -> torch.Tensor:
+        """A batch's indices; the update gathers the batch itself. The indices come from the CPU generator,
+        as in the eager script: the same batches on a GPU too, for one small copy (no sync) to the device."""
+        self.flush()
+        return torch.randint(0, self.size if self.full else self.pos, (batch_size,)).to(self.device, non_blocking=True)
+
+    def batch(self, idx: torch.Tensor) -> dict:
+        """The transitions at `idx`, field by field (views of one gathered block of rows)."""
+        keys = ("observations", "next_observations", "actions", "rewards", "dones")
+        return dict(zip(keys, self.rows[idx].split(self.widths, dim=1)))
+
+
+class Adam:
+    """torch.optim.Adam's arithmetic (no weight decay, no amsgrad) written out over lists of tensors.
+
+    torch.optim's step() breaks a compiled graph on purpose (before and after it) and reads its step
+    count on the host; written out, torch.compile traces the step into the update's program, where
+    inductor fuses its element-wise work into a few loops, and a CUDA graph can replay it: the step
+    count, the learning rate and the bias corrections are device tensors."""
+
+    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps=1e-8):
+        self.params = list(params)
+        self.beta1, self.beta2, self.eps = betas[0], betas[1], eps
+        device = self.params[0].device
+        self.lr = torch.tensor(lr, device=device)
+        self.t = torch.zeros((), dtype=torch.float64, device=device)  # steps taken
+        # the bias corrections of the next step, 1 / (1 - beta1**t) and sqrt(1 - beta2**t), kept ready: the
+        # compiled loops over the weights read two numbers, where computed in the step they would recompute
+        # a power and a square root every few elements
+        self.inv_bias_correction1 = torch.tensor(1 / (1 - betas[0]), device=device)
+        self.bias_correction2_sqrt = torch.tensor((1 - betas[1]) ** 0.5, device=device)
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+
+    @torch.no_grad()
+    def step(self, grads) -> None:
+        # one foreach call per operation over every tensor: a few kernels per step in eager mode too
+        torch._foreach_lerp_(self.exp_avg, grads, 1 - self.beta1)
+        torch._foreach_mul_(self.exp_avg_sq, self.beta2)
+        torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, 1 - self.beta2)
+        denom = torch._foreach_add(torch._foreach_div(torch._foreach_sqrt(self.exp_avg_sq), self.bias_correction2_sqrt),
+                                   self.eps)
+        steps = torch._foreach_div(self.exp_avg, denom)
+        torch._foreach_mul_(steps, -self.lr * self.inv_bias_correction1)
+        torch._foreach_add_(self.params, steps)
+        # the next step's bias corrections, in float64 as torch.optim computes them on the host (in float32,
+        # 1 - 0.999**t is off by about 1e-5 at the first steps)
+        self.t += 1
+        self.inv_bias_correction1.copy_(1 / (1 - self.beta1 ** (self.t + 1)))
+        self.bias_correction2_sqrt.copy_((1 - self.beta2 ** (self.t + 1)).sqrt())
 
 
 def main(args: Args) -> None:
@@ -222,34 +287,36 @@ def main(args: Args) -> None:
     # env setup
     env = make_env(args.env_id, args.seed, args.capture_video, run_name)
 
-    actor = Actor(env, device=device)
+    # the networks are built on the CPU and moved, as in the eager script: the same initial weights, drawn
+    # from the CPU generator, on any device
+    actor = Actor(env).to(device)
     # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
-    actor_detach = Actor(env, device="meta")
+    with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
+        actor_detach = Actor(env)
     from_module(actor).data.to_module(actor_detach, preserve_module_state=False)
     policy = actor_detach.get_action
 
     def get_q_params():
-        qf1 = SoftQNetwork(env, device=device)
-        qf2 = SoftQNetwork(env, device=device)
+        qf1 = SoftQNetwork(env).to(device)
+        qf2 = SoftQNetwork(env).to(device)
         qnet_params = from_modules(qf1, qf2, as_module=True)
         qnet_target = qnet_params.data.clone()  # the targets start as exact copies
         # discard the params of the original modules: a "meta" shell runs any set of weights
-        qnet = SoftQNetwork(env, device="meta")
+        with torch.device("meta"):
+            qnet = SoftQNetwork(env)
         qnet_params.to_module(qnet, preserve_module_state=False)
         return qnet_params, qnet_target, qnet
 
     qnet_params, qnet_target, qnet = get_q_params()
-    # stacked weights: one Adam over both critics; fused: one kernel per step, its state on the device;
-    # capturable under CUDA graphs: a replayed step reads its step count and learning rate on the device
-    adam = dict(fused=True, capturable=graphs)
-    q_optimizer = torch.optim.Adam(qnet_params.values(True, True), lr=args.q_lr, **adam)
-    actor_optimizer = torch.optim.Adam(list(actor.parameters()), lr=args.policy_lr, **adam)
+    # stacked weights: one Adam over both critics (Adam written out below: one program with the update)
+    q_optimizer = Adam(qnet_params.values(True, True), lr=args.q_lr)
+    actor_optimizer = Adam(actor.parameters(), lr=args.policy_lr)
 
     # Automatic entropy tuning
     if args.autotune:
         target_entropy = -torch.prod(torch.Tensor(env.action_space.shape).to(device)).item()
         log_alpha = torch.zeros(1, requires_grad=True, device=device)
-        a_optimizer = torch.optim.Adam([log_alpha], lr=args.q_lr, **adam)
+        a_optimizer = Adam([log_alpha], lr=args.q_lr)
     else:
         log_alpha = torch.as_tensor(args.alpha, device=device).log()  # alpha stays a tensor: no sync to read it
 
@@ -259,7 +326,9 @@ def main(args: Args) -> None:
         with params.to_module(qnet, preserve_module_state=False):
             return qnet(obs, action)
 
-    def critic_loss(data):
+    def update(idx, policy_step: bool, target_step: bool):
+        """One whole update, from the batch's indices to the target networks: under --compile one program."""
+        data = rb.batch(idx)  # the batch is gathered inside the update: one index, fused with its first reads
         alpha = log_alpha.detach().exp()
         with torch.no_grad():
             next_state_actions, next_state_log_pi, _ = actor.get_action(data["next_observations"])
@@ -274,75 +343,57 @@ def main(args: Args) -> None:
         qf_a_values = qf_a_values.view(2, -1)
         qf_losses = (qf_a_values - next_q_value).pow(2).mean(1)  # the two critics' mse losses
         qf_loss = qf_losses.sum()
-        qf_loss.backward()
+        # gradients as values (torch.autograd.grad), not accumulated into .grad: nothing to zero, and
+        # only the gradients asked for are computed
+        q_optimizer.step(torch.autograd.grad(qf_loss, q_optimizer.params))
         qf_values, qf_losses = qf_a_values.detach().mean(1), qf_losses.detach()
-        return TensorDict(qf1_values=qf_values[0], qf2_values=qf_values[1], qf1_loss=qf_losses[0],
-                          qf2_loss=qf_losses[1], qf_loss=qf_loss.detach() / 2.0)
+        out = dict(qf1_values=qf_values[0], qf2_values=qf_values[1], qf1_loss=qf_losses[0], qf2_loss=qf_losses[1],
+                   qf_loss=qf_loss.detach() / 2.0)
 
-    def update_main(data):
-        q_optimizer.zero_grad()
-        out = critic_loss(data)  # forward and backward
-        q_optimizer.step()
-        return out
+        if policy_step:  # TD 3 Delayed update support
+            for _ in range(args.policy_frequency):  # compensate for the delay by doing 'policy_frequency' instead of 1
+                pi, log_pi, _ = actor.get_action(data["observations"])
+                qf_pi = torch.vmap(batched_qf, (0, None, None))(qnet_params, data["observations"], pi)
+                min_qf_pi = qf_pi.min(0).values
+                actor_loss = ((alpha * log_pi) - min_qf_pi).mean()
+                # the actor's gradients only: autograd skips the critics' weights, which this step does not update
+                actor_optimizer.step(torch.autograd.grad(actor_loss, actor_optimizer.params))
+                out["actor_loss"] = actor_loss.detach()
 
-    def actor_loss(data):
-        alpha = log_alpha.detach().exp()
-        pi, log_pi, _ = actor.get_action(data["observations"])
-        # detached critic weights: the backward pass skips their gradients, which the actor does not use
-        qf_pi = torch.vmap(batched_qf, (0, None, None))(qnet_params.data, data["observations"], pi)
-        min_qf_pi = qf_pi.min(0).values
-        loss = ((alpha * log_pi) - min_qf_pi).mean()
-        loss.backward()
-        return TensorDict(actor_loss=loss.detach())
+                if args.autotune:
+                    with torch.no_grad():
+                        _, log_pi, _ = actor.get_action(data["observations"])
+                    alpha_loss = (-log_alpha.exp() * (log_pi + target_entropy)).mean()
+                    a_optimizer.step(torch.autograd.grad(alpha_loss, [log_alpha]))
+                    alpha = log_alpha.detach().exp()
+                    out["alpha_loss"] = alpha_loss.detach()
+            out["alpha"] = alpha
 
-    def alpha_loss(data):
-        with torch.no_grad():
-            _, log_pi, _ = actor.get_action(data["observations"])
-        loss = (-log_alpha.exp() * (log_pi + target_entropy)).mean()
-        loss.backward()
-        return loss.detach()
-
-    def update_pol(data):
-        actor_optimizer.zero_grad()
-        out = actor_loss(data)  # forward and backward
-        actor_optimizer.step()
-        if args.autotune:
-            a_optimizer.zero_grad()
-            out["alpha_loss"] = alpha_loss(data)
-            a_optimizer.step()
-        out["alpha"] = log_alpha.detach().exp()
-        return out
-
-    def update_target():
-        # one fused lerp over every target weight instead of a Python loop of copies
-        qnet_target.lerp_(qnet_params.data, args.tau)
+        # update the target networks
+        if target_step:
+            # one fused lerp over every target weight instead of a Python loop of copies
+            qnet_target.lerp_(qnet_params.data, args.tau)
+        return TensorDict(out)
 
     if args.compile:
         if device.type == "cpu":
             # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
             # without it (the contract); on a GPU inductor's own generator is faster and stays on
             torch._inductor.config.fallback_random = True
-        # trace loss.backward() into the compiled graph: the forward and backward passes become one graph
+        # trace torch.autograd.grad into the compiled graph: forward, backward and the Adam steps of the
+        # whole update become one program, with no graph break and one guard check per update
         torch._dynamo.config.trace_autograd_ops = True
-        # recompute views (the ReLU masks) in the backward instead of saving them: a partition that saved
-        # them would have the compiled forward write bool masks, which inductor's CPU code writes slowly
-        torch._functorch.config.recompute_views = True
-        # the losses are compiled with their backward passes; the optimizer steps stay eager: each is one
-        # fused kernel, and compiled in they add graph breaks and guard checks (under --cudagraphs each
-        # step is inside its replayed graph anyway)
-        critic_loss = torch.compile(critic_loss)
-        actor_loss = torch.compile(actor_loss)
-        alpha_loss = torch.compile(alpha_loss)
+        update = torch.compile(update)
         policy = torch.compile(policy)
 
+    # the update's variants (a policy step or not, a target step or not), each its own program
+    updates = {(p, t): functools.partial(update, policy_step=p, target_step=t) for p in (False, True) for t in (False, True)}
     if args.cudagraphs:
-        # each whole update (zero_grad, forward, backward, optimizer step) becomes one graph replay; the
-        # warm-up calls before the capture let compilation finish (without CUDA: called directly)
+        # each whole update becomes one graph replay; the warm-up calls before the capture let compilation
+        # finish (without CUDA: called directly)
         warnings.filterwarnings("ignore", "This module is instantiated on a machine without CUDA")
         warmup = 4 if args.compile else 2
-        update_main = CudaGraphModule(update_main, in_keys=[], out_keys=[], warmup=warmup)
-        update_pol = CudaGraphModule(update_pol, in_keys=[], out_keys=[], warmup=warmup)
-        update_target = CudaGraphModule(update_target, warmup=warmup)  # takes no input: the tensor path
+        updates = {key: CudaGraphModule(fn, warmup=warmup) for key, fn in updates.items()}
         policy = CudaGraphModule(policy, warmup=warmup)
 
     writer = make_writer(args, run_name, started)
@@ -352,14 +403,13 @@ def main(args: Args) -> None:
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    obs = torch.as_tensor(obs, device=device, dtype=torch.float32)
     pbar = tqdm.trange(args.total_timesteps, desc=args.exp_name, unit="step")
     for global_step in pbar:
         # ALGO LOGIC: put action logic here
         if global_step < args.learning_starts:
             action = env.action_space.sample()
         else:
-            action, _, _ = policy(obs[None])
+            action, _, _ = policy(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])
             action = action[0].cpu().numpy()
 
         # TRY NOT TO MODIFY: execute the game and log data.
@@ -373,32 +423,25 @@ def main(args: Args) -> None:
 
         # the buffer keeps the true next observation; only a termination (not a time-limit truncation)
         # cuts the bootstrap
-        next_obs = torch.as_tensor(next_obs, device=device, dtype=torch.float32)  # one copy: stored, then acted on
         rb.add(obs, next_obs, action, reward, terminated)
 
         # TRY NOT TO MODIFY: CRUCIAL step easy to overlook
         obs = next_obs
         if terminated or truncated:
             obs, _ = env.reset()
-            obs = torch.as_tensor(obs, device=device, dtype=torch.float32)
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
             speed.tick(global_step)
-            data = rb.sample(args.batch_size)
-            out_main = update_main(data)
-
-            if global_step % args.policy_frequency == 0:  # TD 3 Delayed update support
-                for _ in range(args.policy_frequency):  # compensate for the delay by doing 'actor_update_interval' instead of 1
-                    out_pol = update_pol(data)
-
-            # update the target networks
-            if global_step % args.target_network_frequency == 0:
-                update_target()
+            idx = rb.sample_indices(args.batch_size)
+            policy_step = global_step % args.policy_frequency == 0
+            out = updates[policy_step, global_step % args.target_network_frequency == 0](idx)
+            out_main, out_pol = out, (out if policy_step else out_pol)
 
             if global_step % 100 == 0:
                 # the only reads of device values in the loop, at logging intervals
-                logs = out_main.to_dict() | (out_pol.to_dict() if out_pol is not None else {})
+                # the last policy step's values, then this step's (the critic's values are this step's)
+                logs = (out_pol.to_dict() if out_pol is not None else {}) | out_main.to_dict()
                 for key, value in logs.items():
                     writer.add_scalar(f"losses/{key}", value.item(), global_step)
                 if (sps := speed.log(global_step)) is not None:

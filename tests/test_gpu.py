@@ -45,8 +45,9 @@ def longer(args, total: int, **flags) -> tuple[str, ...]:
 
 
 RUNS = {  # eager script, optimized script, run, tags compared, the last step compared, graphs the script makes
-    "sac": ("sac_continuous_action", "sac_continuous_action_torchcompile", OFF_POLICY, OFF_POLICY_TAGS["sac"], 300, 4),
-    "td3": ("td3_continuous_action", "td3_continuous_action_torchcompile", OFF_POLICY, OFF_POLICY_TAGS["td3"], 300, 4),
+    # SAC and TD3: the update with the delayed actor step and the update without it, and the acting step
+    "sac": ("sac_continuous_action", "sac_continuous_action_torchcompile", OFF_POLICY, OFF_POLICY_TAGS["sac"], 300, 3),
+    "td3": ("td3_continuous_action", "td3_continuous_action_torchcompile", OFF_POLICY, OFF_POLICY_TAGS["td3"], 300, 3),
     # 8 iterations (the CPU test's 4 would capture GAE at its last call); compared over the first 4
     "ppo_continuous": ("ppo_continuous_action", "ppo_continuous_action_torchcompile", longer(PPO_CONTINUOUS, 2048),
                        PPO_LOSSES, 1024, 3),
