@@ -21,16 +21,24 @@ the samples x seconds per step. py-spy samples the
 main thread whether it computes or waits; the JAX twins run with synchronous dispatch while sampled, so
 that each jitted call's time lands on its own line.
 
-The bound: what the work of a step costs on this machine at best.
-- environment alone: the script's own environment factory, the same number of envs, random actions;
-- the networks' work: the FLOPs of a step (torch.utils.flop_counter.FlopCounterMode over the eager script,
-  run in this process: the difference between two runs that differ by a known number of steps in steady
-  state, so acting and updating both count), at the machine's measured FLOP/s for that kind of work: the
-  best float32 matmul for the MLPs (torch's or XLA's, whichever is faster here), the Nature CNN's
-  convolutions (forward and backward, channels-last, PPO's minibatch, eager or compiled, the faster) for
-  Atari, default threads;
-- the limit: 1 / (environment seconds per step + FLOPs per step / FLOP/s). Each mode's fps is given as a
-  percentage of it.
+Two figures per pair and mode, beside the split:
+- the hard bound, which nothing can beat: the environment alone at its best measured rate (the script's own
+  environment factory, the same number of envs, random actions, the best of a few runs) plus the networks'
+  FLOPs per step at this CPU's theoretical float32 peak: cores x FLOPs per cycle x clock, the clock
+  measured by a chain of dependent integer additions (one a cycle) on one core, the FLOPs per cycle from
+  the CPU's vector units (its flags). The FLOPs are counted (torch.utils.flop_counter.FlopCounterMode) on
+  the script as it runs, acting and updating: the eager script for the eager mode, the optimized script
+  for --compile (the same arithmetic, compiled or not), and the optimized script's count for the JAX
+  twin, which computes the same gradients (only those of the weights each step updates). The best
+  measured matmul (torch's and XLA's) and the Nature CNN's convolutions (eager and compiled) are timed
+  with the scripts' thread count and must stay under the peak: a measurement above it means the peak is
+  wrong, and the study stops;
+- the attainable reference: each compiled piece of the mode (a torch.compile'd or jax.jit'ted function,
+  per kind of call) timed at its real shapes inside the running script, its best time per call times its
+  calls per environment step, plus the environment alone. This carries the per-call floor that FLOPs do
+  not (continuous PPO and DQN do microseconds of math per step); what runs outside the compiled pieces
+  (Python, copies, logging) is left out, so a mode can approach it but not the hard bound's margin.
+  Defined for --compile and the JAX twins.
 Writes results.md, results.json and split.png into --out.
 """
 
@@ -40,6 +48,8 @@ import collections
 import contextlib
 import io
 import json
+import os
+import platform
 import re
 import shutil
 import subprocess
@@ -216,7 +226,7 @@ def profile(script: str, args: list[str], seconds: float, rate: int, timeout: fl
 
 
 # --------------------------------------------------------------------------------------------------
-# The bound
+# The hard bound
 # --------------------------------------------------------------------------------------------------
 def environment_alone(pair: str, steps: int) -> float:
     """Environment steps per second: the eager script's own environment, random actions."""
@@ -244,76 +254,221 @@ def environment_alone(pair: str, steps: int) -> float:
     return steps // n * n / (time.perf_counter() - start)
 
 
-def flops_per_step(pair: str) -> tuple[float, int]:
-    """FLOPs of the networks per environment step in steady state (acting and updating), counted over the
-    eager script's own main(): two runs, one `extra` steps longer, both past the start of learning."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    m = load_script(PAIRS[pair])
+def short_runs(pair: str) -> tuple[dict, list[int], int]:
+    """Two runs of a pair's script that differ by `extra` steps, both past the start of learning: the
+    difference of what they do is `extra` steps of steady state (acting and updating)."""
     base = dict(env_id=TASKS[pair][1])
     if pair in ("sac", "td3", "dqn", "dqn_atari"):
         starts, extra = 1000, 2000 if pair == "dqn" else 500  # DQN updates every 10 steps: more steps
-        base |= dict(learning_starts=starts, buffer_size=10_000, total_timesteps=starts + extra)
-    else:
-        a = m.Args(env_id=base["env_id"])
-        extra = a.num_envs * a.num_steps  # one iteration more
-        base["total_timesteps"] = 2 * extra
+        base |= dict(learning_starts=starts, buffer_size=10_000)
+        return base, [starts + extra, starts + 2 * extra], extra
+    a = load_script(PAIRS[pair]).Args(env_id=base["env_id"])
+    extra = a.num_envs * a.num_steps  # one iteration more
+    return base, [2 * extra, 3 * extra], extra
+
+
+def flops_per_step(pair: str, script: str) -> float:
+    """FLOPs of the networks per environment step in steady state (acting and updating), counted over the
+    script's own main() as it runs (the optimized script without --compile runs the same arithmetic)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    m = load_script(script)
+    base, totals, extra = short_runs(pair)
     counts = []
-    for total in (base["total_timesteps"], base["total_timesteps"] + extra):
+    for total in totals:
         with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp), contextlib.redirect_stderr(io.StringIO()), \
                 contextlib.redirect_stdout(io.StringIO()), FlopCounterMode(display=False) as counter:
             m.main(m.Args(**(base | dict(total_timesteps=total))))
         counts.append(counter.get_total_flops())
-    return (counts[1] - counts[0]) / extra, extra
+    return (counts[1] - counts[0]) / extra
 
 
-def peak_flops(kind: str) -> float:
-    """FLOP/s of this machine for a kind of work, in float32 with the default threads, the best of a few
-    shapes: square matmuls of 256, 1024 and 2048 through torch ('matmul') and through XLA ('matmul_xla', the
-    JAX twins' backend; 0 without JAX), or the Nature CNN's three convolutions forward and backward on PPO's
-    256-frame minibatch in the channels-last layout, eager and compiled ('conv'). torch.utils.benchmark times
-    torch's work and FlopCounterMode counts it."""
+# A chain of dependent integer additions: each waits for the one before, one a cycle on any x86 core, so
+# that additions per second are cycles per second (the clock the core runs at, boost included).
+CLOCK_PROBE = r"""
+#include <stdio.h>
+#include <time.h>
+int main(void) {
+    const long n = 100000000L;
+    long x = 0;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (long i = 0; i < n; i++)
+        __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                         "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0" : "+r"(x));
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    printf("%f\n", 8.0 * n / ((b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec)));
+    return x == 0;
+}
+"""
+
+
+def cpu_fields() -> dict:
+    try:
+        text = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    except OSError:
+        return {}
+    return {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}
+
+
+def theoretical_peak() -> dict:
+    """This CPU's float32 peak, cores x FLOPs per cycle x clock, and how each factor was found."""
+    fields = cpu_fields()
+    flags, vendor = fields.get("flags", "").split(), fields.get("vendor_id", "")
+    # fused multiply-adds per cycle x float32 lanes x 2 FLOPs: two FMA units per core on the x86 server
+    # cores of the last decade; 512-bit wide on Intel's AVX-512 parts, 256-bit on AMD's (Zen 4 runs
+    # AVX-512 in two halves) and on every AVX2 core
+    if "avx512f" in flags and vendor == "GenuineIntel":
+        per_cycle, why = 2 * 16 * 2, "AVX-512 on an Intel core: two 512-bit FMA units, 16 float32 lanes each"
+    elif "fma" in flags and "avx2" in flags:
+        per_cycle, why = 2 * 8 * 2, "two 256-bit FMA units, 8 float32 lanes each (AVX2/FMA3; Zen 4's AVX-512 too)"
+    else:
+        per_cycle, why = 2 * 4 * 2, "two 128-bit units, 4 float32 lanes each (no FMA/AVX2 found)"
+    clock, clock_how = None, ""
+    if shutil.which("gcc") and platform.machine() in ("x86_64", "AMD64"):
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "clock.c").write_text(CLOCK_PROBE)
+            built = subprocess.run(["gcc", "-O2", "-o", f"{tmp}/clock", f"{tmp}/clock.c"], capture_output=True)
+            if built.returncode == 0:
+                clock = max(float(subprocess.run([f"{tmp}/clock"], capture_output=True, text=True).stdout)
+                            for _ in range(5))
+                clock_how = "measured: dependent integer additions on one core, the best of 5 runs"
+    if clock is None:
+        clock = float(fields.get("cpu MHz", "nan")) * 1e6
+        clock_how = "/proc/cpuinfo's cpu MHz (no compiler to measure it)"
+    cores = os.cpu_count()
+    return {"flops": cores * per_cycle * clock, "cores": cores, "flops_per_cycle": per_cycle, "clock_hz": clock,
+            "per_cycle_why": why, "clock_how": clock_how}
+
+
+def measured_rates(threads: int) -> dict:
+    """FLOP/s measured here in float32 with the scripts' `threads`, the best of a few shapes: square matmuls
+    of 256, 1024 and 2048 through torch ('matmul') and through XLA ('matmul_xla', 0 without JAX), and the
+    Nature CNN's three convolutions forward and backward on PPO's 256-frame minibatch in the channels-last
+    layout, eager and compiled ('conv'). torch.utils.benchmark times them (with `threads`: its Timer runs
+    one thread unless told) and FlopCounterMode counts them. A check of the peak, which none may pass."""
     from torch.utils.benchmark import Timer
     from torch.utils.flop_counter import FlopCounterMode
 
-    if kind == "matmul_xla":
-        try:
-            import jax
-            import jax.numpy as jnp
-        except ImportError:
-            return 0.0
-        best = 0.0
+    rates = {"matmul": 0.0, "matmul_xla": 0.0, "conv": 0.0}
+    for n in (256, 1024, 2048):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        seconds = Timer("a @ b", globals={"a": a, "b": b}, num_threads=threads).blocked_autorange(min_run_time=1).median
+        rates["matmul"] = max(rates["matmul"], 2 * n**3 / seconds)
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        jax = None
+    if jax is not None:
         for n in (256, 1024, 2048):
             a, f = jnp.ones((n, n)), jax.jit(lambda x: x @ x)
             f(a).block_until_ready()
-            seconds = Timer("f(a).block_until_ready()", globals={"f": f, "a": a}).blocked_autorange(min_run_time=1).median
-            best = max(best, 2 * n**3 / seconds)
-        return best
-    if kind == "matmul":
-        work = []
-        for n in (256, 1024, 2048):
-            a, b = torch.randn(n, n), torch.randn(n, n)
-            work.append(lambda a=a, b=b: a @ b)
-    else:
-        convs = torch.nn.Sequential(torch.nn.Conv2d(4, 32, 8, stride=4), torch.nn.ReLU(), torch.nn.Conv2d(32, 64, 4, stride=2),
-                                    torch.nn.ReLU(), torch.nn.Conv2d(64, 64, 3, stride=1)).to(memory_format=torch.channels_last)
-        x = torch.randn(256, 4, 84, 84).contiguous(memory_format=torch.channels_last)
+            seconds = Timer("f(a).block_until_ready()", globals={"f": f, "a": a},
+                            num_threads=threads).blocked_autorange(min_run_time=1).median
+            rates["matmul_xla"] = max(rates["matmul_xla"], 2 * n**3 / seconds)
+    convs = torch.nn.Sequential(torch.nn.Conv2d(4, 32, 8, stride=4), torch.nn.ReLU(), torch.nn.Conv2d(32, 64, 4, stride=2),
+                                torch.nn.ReLU(), torch.nn.Conv2d(64, 64, 3, stride=1)).to(memory_format=torch.channels_last)
+    x = torch.randn(256, 4, 84, 84).contiguous(memory_format=torch.channels_last)
 
-        def forward_backward():
-            convs.zero_grad(set_to_none=True)
-            convs(x).sum().backward()
-        # eager (oneDNN's kernels as called op by op) and compiled (inductor's oneDNN convolutions with
-        # prepacked weights and fused activations, what the optimized Atari scripts run): the same FLOPs
-        compiled = torch.compile(forward_backward)
-        compiled(), compiled()  # compile before timing
-        work = [forward_backward, compiled]
-    best = 0.0
-    for fn in work:
-        with FlopCounterMode(display=False) as counter:
-            (forward_backward if kind == "conv" else fn)()  # compiled code runs past the counter: count eager's
-        seconds = Timer("fn()", globals={"fn": fn}).blocked_autorange(min_run_time=1).median
-        best = max(best, counter.get_total_flops() / seconds)
-    return best
+    def forward_backward():
+        convs.zero_grad(set_to_none=True)
+        convs(x).sum().backward()
+    with FlopCounterMode(display=False) as counter:
+        forward_backward()
+    compiled = torch.compile(forward_backward)
+    compiled(), compiled()  # compile before timing
+    for fn in (forward_backward, compiled):
+        seconds = Timer("fn()", globals={"fn": fn}, num_threads=threads).blocked_autorange(min_run_time=1).median
+        rates["conv"] = max(rates["conv"], counter.get_total_flops() / seconds)
+    return rates
+
+
+def hard_bound(env_sps: float, flops: float, peak: float) -> float:
+    """Steps per second at best: the environment alone plus the networks' FLOPs at the peak."""
+    return 1 / (1 / env_sps + flops / peak)
+
+
+# --------------------------------------------------------------------------------------------------
+# The attainable reference
+# --------------------------------------------------------------------------------------------------
+# Runs a script as __main__ with torch.compile (or jax.jit) replaced by a wrapper that times every call
+# of every function it compiles, per kind of call (its flags: positional booleans and keyword arguments
+# that are not tensors, SAC's update with or without the actor step), JAX's calls waited for; writes the
+# calls' times to a JSON file at exit.
+PIECES = """
+import atexit, json, runpy, sys, time
+out, script = sys.argv[1], sys.argv[2]
+sys.argv = sys.argv[2:]
+times = {}
+
+
+def kind(args, kwargs):
+    plain = [repr(a) for a in args if isinstance(a, bool)]  # a positional int is data (a step's index)
+    plain += [f"{k}={v!r}" for k, v in sorted(kwargs.items()) if isinstance(v, (bool, int, str))]
+    return f"({', '.join(plain)})" if plain else ""
+
+
+def timed(compiled, name, wait):
+    def call(*args, **kwargs):
+        start = time.perf_counter()
+        result = compiled(*args, **kwargs)
+        wait(result)
+        times.setdefault(name + kind(args, kwargs), []).append(time.perf_counter() - start)
+        return result
+    return call
+
+
+if script.endswith("_jax.py"):
+    import jax
+    jit = jax.jit
+
+    def timed_jit(fun=None, **options):
+        if fun is None:
+            return lambda f: timed_jit(f, **options)
+        return timed(jit(fun, **options), getattr(fun, "__qualname__", repr(fun)), jax.block_until_ready)
+    jax.jit = timed_jit
+else:
+    import torch
+    compile_ = torch.compile
+
+    def timed_compile(fn=None, **options):
+        if fn is None:
+            return lambda f: timed_compile(f, **options)
+        return timed(compile_(fn, **options), getattr(fn, "__qualname__", repr(fn)), lambda result: None)
+    torch.compile = timed_compile
+atexit.register(lambda: open(out, "w").write(json.dumps(times)))
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def piece_times(pair: str, script: str, flags: list[str], warm: int = 5) -> dict:
+    """Each compiled piece of a script's run: its calls per environment step in steady state (the
+    difference between two runs `extra` steps apart) and its best time per call (the fastest call of the
+    longer run after its first `warm` calls, the compilation's among them)."""
+    base, totals, extra = short_runs(pair)
+    words = [w for k, v in base.items() for w in (f"--{k.replace('_', '-')}", str(v))]
+    runs = []
+    for total in totals:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "pieces.json"
+            proc = subprocess.run([sys.executable, "-c", PIECES, str(out), str(REPO / "leanrl" / f"{script}.py"), *words,
+                                   "--total-timesteps", str(total), *flags], cwd=tmp, capture_output=True, text=True)
+            if proc.returncode != 0 or not out.exists():
+                raise SystemExit(f"limits: {script} {' '.join(flags)} failed:\n{proc.stderr[-2000:]}")
+            runs.append(json.loads(out.read_text()))
+    pieces = {}
+    for name, calls in runs[1].items():
+        per_step = (len(calls) - len(runs[0].get(name, []))) / extra
+        if per_step > 0 and len(calls) > warm:
+            pieces[name] = {"calls_per_step": per_step, "best_s": min(calls[warm:])}
+    return pieces
+
+
+def attainable(env_sps: float, pieces: dict) -> float:
+    """Steps per second if every compiled piece ran at its best time and nothing else cost anything but
+    the environment alone."""
+    return 1 / (1 / env_sps + sum(p["calls_per_step"] * p["best_s"] for p in pieces.values()))
 
 
 def speed_table_fps(folder: Path, pair: str, script: str, flags: list[str]) -> float:
@@ -338,17 +493,20 @@ def plot(rows: list[dict], path: Path) -> None:
         sub = [r for r in rows if r["pair"] == pair]
         bottom = np.zeros(len(sub))
         for c in CATEGORIES:
-            ms = np.array([r["fractions"][c] * 1e3 / r["fps_unprofiled"] for r in sub])
+            ms = np.array([r["fractions"][c] * 1e3 / r["fps"] for r in sub])
             ax.bar(range(len(sub)), ms, bottom=bottom, color=colors[c], label=c)
             bottom += ms
-        limit_ms = 1e3 / sub[0]["limit_fps"]
-        ax.axhline(limit_ms, color="black", linestyle="--", linewidth=1, label="the bound")
+        ax.scatter(range(len(sub)), [1e3 / r["bound_fps"] for r in sub], color="black", marker="_", s=400, zorder=3,
+                   label="hard bound")
+        refs = [(i, 1e3 / r["reference_fps"]) for i, r in enumerate(sub) if r.get("reference_fps")]
+        if refs:
+            ax.scatter(*zip(*refs), color="black", marker="x", zorder=3, label="attainable reference")
         ax.set_xticks(range(len(sub)), [r["mode"] for r in sub], fontsize=7)
         ax.set_title(pair, fontsize=9)
         ax.set_ylabel("ms per environment step", fontsize=7)
     axes[0][-1].legend(fontsize=6)
-    fig.suptitle("Where a step's time goes (py-spy samples of the running scripts), and the machine's bound",
-                 fontsize=9)
+    fig.suptitle("Where a step's time goes (py-spy samples of the running scripts), the hard bound and the "
+                 "attainable reference", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
@@ -360,11 +518,11 @@ def main():
     parser.add_argument("--modes", default="eager,compile,jax")
     parser.add_argument("--seconds", type=float, default=20, help="py-spy's window per run, after the warm-up")
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
-    parser.add_argument("--env-steps", type=int, default=20_000, help="steps of the environment-alone measurement")
+    parser.add_argument("--env-steps", type=int, default=20_000, help="steps of each environment-alone measurement")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds a run may take to reach its steady state")
     parser.add_argument("--speed", type=Path, default=None,
-                        help="a folder of sps.py results per pair (docs/speed): its fps, measured without the profiler, "
-                             "give the percentage of the limit; without it, the fps while profiled do")
+                        help="a folder of sps.py results per pair (docs/speed): the percentages are also given for "
+                             "its fps, measured without a profiler")
     parser.add_argument("--out", type=Path, default=None)
     opts = parser.parse_args()
     pairs, modes = opts.pairs.split(","), opts.modes.split(",")
@@ -373,42 +531,72 @@ def main():
     if shutil.which("py-spy") is None:
         raise SystemExit("limits: py-spy is not installed (pip install py-spy)")
 
-    peaks = {kind: peak_flops(kind) for kind in ("matmul", "matmul_xla", "conv")}
-    rows, bounds = [], {}
+    threads = torch.get_num_threads()  # the scripts' count: every timed arm runs with it
+    peak = theoretical_peak()
+    rates = measured_rates(threads)
+    if (best := max(rates.values())) > peak["flops"]:
+        raise SystemExit(f"limits: a measured rate ({best / 1e9:.0f} GFLOP/s) beats the peak computed for this CPU "
+                         f"({peak['flops'] / 1e9:.0f} GFLOP/s): the peak is wrong ({peak})")
+    rows, envs = [], {}
     for pair in pairs:
-        env_sps = environment_alone(pair, opts.env_steps)
-        flops, _ = flops_per_step(pair)
-        # the machine's best for the kind of work: the MLPs' matmuls through torch or XLA, whichever is faster
-        peak = peaks["conv"] if "atari" in pair else max(peaks["matmul"], peaks["matmul_xla"])
-        limit = 1 / (1 / env_sps + flops / peak)
-        bounds[pair] = {"env_sps": env_sps, "flops_per_step": flops, "peak_flops": peak, "limit_fps": limit}
+        envs[pair] = max(environment_alone(pair, opts.env_steps) for _ in range(3))  # its best rate
         for mode in modes:
             suffix, flags = MODES[mode]
             script = PAIRS[pair] + suffix
             if not (REPO / "leanrl" / f"{script}.py").exists():
                 continue
             print(f"{pair} {mode} ...", file=sys.stderr)
+            # the JAX twin computes the optimized script's gradients (those of the weights each step updates)
+            counted = PAIRS[pair] + ("" if mode == "eager" else "_torchcompile")
+            flops = flops_per_step(pair, counted)
+            pieces = piece_times(pair, script, flags) if mode != "eager" else {}
             result = profile(script, [*TASKS[pair], "--total-timesteps", "10000000", *flags], opts.seconds, opts.rate,
                              opts.timeout)
-            fps = speed_table_fps(opts.speed, pair, script, flags) if opts.speed else result["fps"]
-            rows.append({"pair": pair, "mode": mode, "script": script, **result, "fps_unprofiled": fps,
-                         "limit_fps": limit, "of_limit": fps / limit})
-    lines = [f"Peak FLOP/s measured here (float32, {torch.get_num_threads()} threads, the best of a few shapes): matmul "
-             f"through torch {peaks['matmul'] / 1e9:.0f} GFLOP/s, through XLA {peaks['matmul_xla'] / 1e9:.0f} GFLOP/s; "
-             f"the Nature CNN's convolutions, forward and backward, eager or compiled (the faster), "
-             f"{peaks['conv'] / 1e9:.0f} GFLOP/s. The limits take "
-             "the best matmul for the MLP pairs and the convolutions for the Atari pairs.", "",
-             "| pair | environment alone (steps/s) | network FLOPs per step | limit (fps) |", "|---|---|---|---|"]
-    for pair, b in bounds.items():
-        lines.append(f"| {pair} | {b['env_sps']:.0f} | {b['flops_per_step'] / 1e6:.2f} M | {b['limit_fps']:.0f} |")
-    lines += ["", "| pair | mode | fps | % of the limit | fps while profiled | "
+            row = {"pair": pair, "mode": mode, "script": script, **result, "flops_per_step": flops, "flops_counted_on": counted,
+                   "env_sps": envs[pair], "bound_fps": hard_bound(envs[pair], flops, peak["flops"]), "pieces": pieces,
+                   "reference_fps": attainable(envs[pair], pieces) if pieces else None}
+            if opts.speed:
+                row["speed_table_fps"] = speed_table_fps(opts.speed, pair, script, flags)
+            rows.append(row)
+            for fps_key in ("fps", "speed_table_fps"):
+                if row.get(fps_key, 0) > row["bound_fps"]:
+                    raise SystemExit(f"limits: {pair} {mode} ran at {row[fps_key]:.0f} fps, above its hard bound "
+                                     f"({row['bound_fps']:.0f}): the bound is wrong")
+
+    def pct(fps, of):
+        return f"{100 * fps / of:.0f}%" if of else "n/a"
+
+    lines = [f"Threads: {threads} (the scripts' count; every timed arm ran with it).", "",
+             f"This CPU's float32 peak: {peak['cores']} cores x {peak['flops_per_cycle']} FLOPs per cycle "
+             f"({peak['per_cycle_why']}) x {peak['clock_hz'] / 1e9:.2f} GHz ({peak['clock_how']}) = "
+             f"{peak['flops'] / 1e9:.0f} GFLOP/s.", "",
+             f"Measured ({threads} threads, the best of a few shapes): matmul through torch {rates['matmul'] / 1e9:.0f} "
+             f"GFLOP/s ({pct(rates['matmul'], peak['flops'])} of the peak), through XLA {rates['matmul_xla'] / 1e9:.0f} "
+             f"GFLOP/s ({pct(rates['matmul_xla'], peak['flops'])}); the Nature CNN's convolutions, forward and "
+             f"backward, eager or compiled (the faster) {rates['conv'] / 1e9:.0f} GFLOP/s ({pct(rates['conv'], peak['flops'])}).",
+             "", "| pair | environment alone, best (steps/s) |", "|---|---|"]
+    lines += [f"| {pair} | {sps:.0f} |" for pair, sps in envs.items()]
+    fps_cols = "| fps (speed table) | % of hard bound | % of reference " if opts.speed else ""
+    lines += ["", "| pair | mode | network FLOPs per step (counted on) | hard bound (fps) | attainable reference (fps) "
+              f"| fps (profiled run) | % of hard bound | % of reference {fps_cols}| "
               + " | ".join(f"{c} (ms/step)" for c in CATEGORIES) + " | samples |",
-              "|---|---|---|---|---|" + "---|" * (len(CATEGORIES) + 1)]
+              "|---|---|---|---|---|---|---|---|" + ("---|---|---|" if opts.speed else "") + "---|" * (len(CATEGORIES) + 1)]
     for r in rows:
-        ms = [f"{r['fractions'][c] * 1e3 / r['fps_unprofiled']:.3f}" for c in CATEGORIES]
-        lines.append(f"| {r['pair']} | {r['mode']} | {r['fps_unprofiled']:.0f} | {100 * r['of_limit']:.0f}% | {r['fps']:.0f} | "
-                     + " | ".join(ms) + f" | {r['samples']} |")
-    write_results(opts.out, "\n".join(lines), {"peaks": peaks, "bounds": bounds, "rows": rows})
+        ms = [f"{r['fractions'][c] * 1e3 / r['fps']:.3f}" for c in CATEGORIES]  # the shares of the same run's step
+        ref = f"{r['reference_fps']:.0f}" if r["reference_fps"] else "n/a"
+        speed = (f"| {r['speed_table_fps']:.0f} | {pct(r['speed_table_fps'], r['bound_fps'])} | "
+                 f"{pct(r['speed_table_fps'], r['reference_fps'])} " if opts.speed else "")
+        lines.append(f"| {r['pair']} | {r['mode']} | {r['flops_per_step'] / 1e6:.2f} M ({r['flops_counted_on']}) | "
+                     f"{r['bound_fps']:.0f} | {ref} | {r['fps']:.0f} | {pct(r['fps'], r['bound_fps'])} | "
+                     f"{pct(r['fps'], r['reference_fps'])} {speed}| " + " | ".join(ms) + f" | {r['samples']} |")
+    lines += ["", "Compiled pieces (best time per call, calls per environment step):", "",
+              "| pair | mode | piece | best (ms) | calls per step | ms per step |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        for name, p in r["pieces"].items():
+            lines.append(f"| {r['pair']} | {r['mode']} | `{name}` | {p['best_s'] * 1e3:.3f} | {p['calls_per_step']:.4f} | "
+                         f"{p['best_s'] * 1e3 * p['calls_per_step']:.3f} |")
+    write_results(opts.out, "\n".join(lines), {"threads": threads, "peak": peak, "measured_rates": rates,
+                                               "env_sps": envs, "rows": rows})
     if opts.out is not None and rows:
         plot(rows, opts.out / "split.png")
 

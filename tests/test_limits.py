@@ -6,6 +6,7 @@ logging, the eager scripts' backward passes are update time; frames inside a lib
 import re
 
 import pytest
+import torch
 from helpers import SCRIPT_DIR
 
 from benchmarks.limits import Main, classify
@@ -36,12 +37,60 @@ def test_a_sample_goes_where_main_was(script):
     if script in PAIRS.values():  # CleanRL's layout: the update is written out in main()
         backward = lines_matching(main, r"\.backward\(\)")
         assert backward and {category(script, main, n) for n in backward} == {"update"}
-    updates = lines_matching(main, r"= update\(")  # a jitted update, with the JAX DQN twins' buffer writes fused in
-    assert {category(script, main, n) for n in updates} <= {"update"}
-    if script in ("dqn_jax", "dqn_atari_envpool_jax"):
-        assert updates, "the JAX DQN twin's update call was not found"
+    if script not in PAIRS.values():  # the optimized and JAX twins call their updates as functions (compiled,
+        # jitted; the JAX DQN twins' buffer writes fused in): every such call is update time, and there is one
+        updates = lines_matching(main, r"(?<![\w.])(?<!def )(update\w*|updates\[[^\]]*\]|train_step)\(")
+        assert updates, "no call of the update was found in main()"
+        assert {category(script, main, n) for n in updates} == {"update"}, \
+            {main.lines[n - 1].strip(): category(script, main, n) for n in updates}
     # a library's frame decides, wherever main() was
     first = steps[0]
     assert category(script, main, losses[0], ("step (gymnasium/core.py:300)",)) == "environment"
     assert category(script, main, first, ("add_scalar (torch/utils/tensorboard/writer.py:10)",)) == "logging"
     assert classify(["<module> (other.py:1)"], f"{script}.py", main) == "other"
+
+
+def test_hard_bound_and_attainable_reference():
+    """The two figures per pair and mode, from their definitions: seconds per step add up, fps is their
+    inverse (here 1 ms of environment, then 10 ms of FLOPs at the peak or 2 pieces' best times)."""
+    from benchmarks.limits import attainable, hard_bound
+
+    assert hard_bound(env_sps=1000, flops=1e9, peak=1e11) == pytest.approx(1 / (1e-3 + 1e-2))
+    pieces = {"update(policy_step=True)": {"calls_per_step": 0.5, "best_s": 8e-3},
+              "update(policy_step=False)": {"calls_per_step": 0.5, "best_s": 4e-3}, "act": {"calls_per_step": 1, "best_s": 1e-4}}
+    assert attainable(1000, pieces) == pytest.approx(1 / (1e-3 + 4e-3 + 2e-3 + 1e-4))
+
+
+def test_the_peak_is_above_what_this_machine_measures():
+    """The hard bound's peak (cores x FLOPs per cycle x clock) holds: a float32 matmul timed here, with the
+    scripts' threads, runs under it (a peak below a measurement would be no bound)."""
+    from torch.utils.benchmark import Timer
+
+    from benchmarks.limits import theoretical_peak
+
+    peak = theoretical_peak()
+    a = torch.randn(512, 512)
+    seconds = Timer("a @ a", globals={"a": a}, num_threads=torch.get_num_threads()).blocked_autorange(min_run_time=0.5).median
+    assert 2 * 512**3 / seconds < peak["flops"], peak
+    assert peak["clock_hz"] > 5e8 and peak["flops_per_cycle"] >= 8, peak
+
+
+def test_pieces_are_timed_per_kind_of_call(tmp_path):
+    """The attainable reference's recorder: run as a script's launcher, it times every call of every function
+    the script compiles, apart per kind of call (the arguments that are not tensors)."""
+    import json
+    import subprocess
+    import sys
+
+    from benchmarks.limits import PIECES
+
+    script = tmp_path / "script.py"
+    script.write_text("import torch\n"
+                      "def step(x, twice: bool):\n    return x * 2 if twice else x + 1\n"
+                      "step = torch.compile(step)\n"
+                      "for i in range(6):\n    step(torch.ones(3), twice=i % 3 == 0)\n")
+    out = tmp_path / "pieces.json"
+    subprocess.run([sys.executable, "-c", PIECES, str(out), str(script)], check=True, cwd=tmp_path, timeout=300)
+    times = json.loads(out.read_text())
+    assert {k: len(v) for k, v in times.items()} == {"step(twice=True)": 2, "step(twice=False)": 4}
+    assert all(t > 0 for v in times.values() for t in v)
