@@ -4,15 +4,21 @@ The algorithm, defaults and random-number stream of `ppo_continuous_action.py`;
 only the execution changes. Each optimization carries a comment saying what it
 saves:
 
-- the rollout is a TensorDict preallocated on the training device: one write per
-  step, no host copies but the action handed to the environment;
+- the rollout is a TensorDict preallocated on the training device, written in place:
+  the acting step writes its row at a device counter; rewards and done flags are
+  staged on the host and copied once per iteration; no other host copies but the
+  action handed to the environment;
 - the Gaussian policy is written out (no Distribution object and its checks);
 - GAE runs as a reverse scan over fixed-size chunks: a compiled chunk replaces
   dozens of small ops per time step, and compiles once whatever the rollout length;
+- each minibatch update is one function, from its indices to the Adam step: the
+  minibatch gathered from the flattened rollout inside it, gradients from
+  `torch.autograd.grad` (nothing to zero), clipping and Adam written out over
+  tensors (`Adam` below), so that it can be one compiled program;
 - the learning rate lives in a tensor annealed in place: no recompilation;
-- `--compile`: `torch.compile` of the acting step, of the GAE chunk and of the
-  minibatch loss with its backward pass and gradient clipping (the fused optimizer
-  step stays eager: one kernel);
+- `--compile`: `torch.compile` of the acting step (with its rollout writes), of the
+  GAE chunk and of the whole minibatch update; on a CPU with inductor's C++ wrapper
+  (kernels called from C++);
 - `--cudagraphs`: the acting step, GAE and the whole minibatch update replayed as
   CUDA graphs (tensordict's `CudaGraphModule`);
 - no `.item()` in the hot loop: statistics stay on the device until logging.
@@ -391,6 +397,10 @@ def main(args: Args) -> None:
             # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
             # without it (the contract); on a GPU inductor's own generator is faster and stays on
             torch._inductor.config.fallback_random = True
+            # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated
+            # Python function, which cuts the fixed cost of each call of these small programs (on a GPU
+            # the graphs replay as CUDA graphs instead)
+            torch._inductor.config.cpp_wrapper = True
         # trace torch.autograd.grad into the compiled graph: the gather, forward, backward, clipping and
         # Adam step of a minibatch become one program, with no graph break and one guard check
         torch._dynamo.config.trace_autograd_ops = True

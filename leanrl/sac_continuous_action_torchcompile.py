@@ -15,7 +15,8 @@ saves:
   update can be one compiled program;
 - the target networks are updated with one fused `lerp_`;
 - `--compile`: `torch.compile` of the acting step and of the whole update, one
-  graph per kind of update (with or without the delayed actor step);
+  graph per kind of update (with or without the delayed actor step); on a CPU with
+  inductor's C++ wrapper (kernels called from C++);
 - `--cudagraphs`: each kind of update, and the acting step, replayed as one CUDA
   graph (tensordict's `CudaGraphModule`): one launch for all of its kernels on a GPU;
 - no `.item()` in the hot loop: values are read back only at logging intervals.
@@ -380,6 +381,10 @@ def main(args: Args) -> None:
             # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
             # without it (the contract); on a GPU inductor's own generator is faster and stays on
             torch._inductor.config.fallback_random = True
+            # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated
+            # Python function, which cuts the fixed cost of each call of these small programs (on a GPU
+            # the graphs replay as CUDA graphs instead)
+            torch._inductor.config.cpp_wrapper = True
         # trace torch.autograd.grad into the compiled graph: forward, backward and the Adam steps of the
         # whole update become one program, with no graph break and one guard check per update
         torch._dynamo.config.trace_autograd_ops = True
