@@ -11,8 +11,11 @@ the execution changes. Each optimization carries a comment saying what it saves:
 - GAE runs as a reverse scan over fixed-size chunks: a compiled chunk replaces
   dozens of small ops per time step, and compiles once whatever the rollout length;
 - the learning rate lives in a tensor annealed in place: no recompilation;
+- each minibatch update is one function, from the minibatch to the Adam step:
+  gradients from `torch.autograd.grad` (nothing to zero), clipping and Adam written
+  out over tensors (`Adam` below), so that it can be one compiled program;
 - `--compile`: `torch.compile` of the acting step, of the GAE chunk and of the
-  whole minibatch update (zero_grad, loss, backward, gradient clipping, Adam step);
+  whole minibatch update (loss, backward, gradient clipping, Adam step), one graph;
 - `--cudagraphs`: the acting step, GAE and the whole minibatch update replayed as
   CUDA graphs (tensordict's `CudaGraphModule`);
 - no `.item()` in the hot loop: statistics stay on the device until logging.
@@ -35,6 +38,7 @@ What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 """
 
 import atexit
+import math
 import os
 import random
 import sys
@@ -47,7 +51,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.optim as optim
 import tqdm
 import tyro
 from tensordict import TensorDict, from_module
@@ -235,6 +238,46 @@ def chunk_size(num_steps: int, most: int = 64) -> int:
     return max(c for c in range(1, min(most, num_steps) + 1) if num_steps % c == 0)
 
 
+class Adam:
+    """torch.optim.Adam's arithmetic (no weight decay, no amsgrad) written out over lists of tensors.
+
+    torch.optim's step() breaks a compiled graph on purpose (before and after it) and reads its step
+    count on the host; written out, torch.compile traces the step into the update's program, where
+    inductor fuses its element-wise work into a few loops, and a CUDA graph can replay it: the step
+    count, the learning rate and the bias corrections are device tensors."""
+
+    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps=1e-8):
+        self.params = list(params)
+        self.beta1, self.beta2, self.eps = betas[0], betas[1], eps
+        device = self.params[0].device
+        self.lr = torch.tensor(lr, device=device)
+        self.t = torch.zeros((), dtype=torch.float64, device=device)  # steps taken
+        # the bias corrections of the next step, 1 / (1 - beta1**t) and sqrt(1 - beta2**t), kept ready: the
+        # compiled loops over the weights read two numbers, where computed in the step they would recompute
+        # a power and a square root every few elements
+        self.inv_bias_correction1 = torch.tensor(1 / (1 - betas[0]), device=device)
+        self.bias_correction2_sqrt = torch.tensor((1 - betas[1]) ** 0.5, device=device)
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+
+    @torch.no_grad()
+    def step(self, grads) -> None:
+        # one foreach call per operation over every tensor: a few kernels per step in eager mode too
+        torch._foreach_lerp_(self.exp_avg, grads, 1 - self.beta1)
+        torch._foreach_mul_(self.exp_avg_sq, self.beta2)
+        torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, 1 - self.beta2)
+        denom = torch._foreach_add(torch._foreach_div(torch._foreach_sqrt(self.exp_avg_sq), self.bias_correction2_sqrt),
+                                   self.eps)
+        steps = torch._foreach_div(self.exp_avg, denom)
+        torch._foreach_mul_(steps, -self.lr * self.inv_bias_correction1)
+        torch._foreach_add_(self.params, steps)
+        # the next step's bias corrections, in float64 as torch.optim computes them on the host (in float32,
+        # 1 - 0.999**t is off by about 1e-5 at the first steps)
+        self.t += 1
+        self.inv_bias_correction1.copy_(1 / (1 - self.beta1 ** (self.t + 1)))
+        self.bias_correction2_sqrt.copy_((1 - self.beta2 ** (self.t + 1)).sqrt())
+
+
 def main(args: Args) -> None:
     started = time.time()  # the run's start, logged as charts/start (see make_writer)
     check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
@@ -265,11 +308,9 @@ def main(args: Args) -> None:
     with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
         agent_inference = Agent(envs)
     from_module(agent).data.to_module(agent_inference, preserve_module_state=False)
-    # the learning rate is a tensor annealed in place: compiled code and CUDA graphs read its new value;
-    # fused: one kernel per step, its state on the device; capturable under CUDA graphs: a replayed step
-    # reads its step count on the device
-    optimizer = optim.Adam(agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
-                           fused=True, capturable=graphs)
+    # Adam written out (above), its learning rate a tensor annealed in place: compiled code and CUDA
+    # graphs read its new value
+    optimizer = Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     episode_stats = EpisodeStats(args.num_envs)
 
     # ALGO Logic: Storage setup, one TensorDict preallocated on the device (frames kept as uint8)
@@ -298,7 +339,8 @@ def main(args: Args) -> None:
             advantages[end - chunk:end], lastgaelam = gae_chunk_fn(delta[end - chunk:end], coef[end - chunk:end], lastgaelam)
         return advantages, advantages + values
 
-    def loss_and_grads(mb):
+    def update(mb):
+        """One minibatch update, from the minibatch to the Adam step: under --compile one program."""
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
         logratio = newlogprob - mb["logprobs"]
         ratio = logratio.exp()
@@ -341,28 +383,28 @@ def main(args: Args) -> None:
 
         entropy_loss = masked_mean(entropy, mb_valid, n_valid)
         loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-        loss.backward()
-        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        # gradients as values (torch.autograd.grad), not accumulated into .grad: nothing to zero
+        grads = torch.autograd.grad(loss, optimizer.params)
+        # clip_grad_norm_ written out over the gradient values, with its formulas
+        clip_coef = (args.max_grad_norm / (nn.utils.get_total_norm(grads) + 1e-6)).clamp(max=1.0)
+        torch._foreach_mul_(grads, clip_coef)
+        optimizer.step(grads)
         return TensorDict(value_loss=v_loss.detach(), policy_loss=pg_loss.detach(), entropy=entropy_loss.detach(),
                           old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
-
-    def update(mb):
-        optimizer.zero_grad()
-        out = loss_and_grads(mb)  # forward, backward, gradient clipping
-        optimizer.step()
-        return out
 
     if args.compile:
         if device.type == "cpu":
             # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
             # without it (the contract); on a GPU inductor's own generator is faster and stays on
             torch._inductor.config.fallback_random = True
-        # trace loss.backward() into the compiled graph: forward and backward become one graph
+        # trace torch.autograd.grad into the compiled graph: forward, backward, clipping and the Adam step of a
+        # minibatch become one graph
         torch._dynamo.config.trace_autograd_ops = True
         policy = torch.compile(policy)
         gae_chunk_fn = torch.compile(gae_chunk)  # a chunk unrolls into one fused kernel
-        # the whole minibatch update is one compiled function: zero_grad, forward, backward, the gradient
-        # clipping and the Adam step run as compiled code, not op by op in Python between compiled pieces
+        # the whole minibatch update is one compiled program: forward, backward, the gradient clipping and
+        # the Adam step, with no graph break (torch.optim's step breaks a compiled graph twice by design),
+        # which a CUDA graph then replays whole
         update = torch.compile(update)
 
     if args.cudagraphs:
@@ -393,7 +435,7 @@ def main(args: Args) -> None:
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # in place: no recompilation
+            optimizer.lr.copy_(frac * args.learning_rate)  # in place: no recompilation
 
         for step in range(0, args.num_steps):
             global_step += args.num_envs
@@ -444,7 +486,7 @@ def main(args: Args) -> None:
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
+        writer.add_scalar("charts/learning_rate", optimizer.lr.item(), global_step)
         writer.add_scalar("losses/value_loss", last["value_loss"].item(), global_step)
         writer.add_scalar("losses/policy_loss", last["policy_loss"].item(), global_step)
         writer.add_scalar("losses/entropy", last["entropy"].item(), global_step)
@@ -469,6 +511,10 @@ def main(args: Args) -> None:
 
 # The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
 def check_args(args: Args) -> None:
+    # a flag given as nan or inf would pass every comparison below: refused first
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
                 "eval_episodes"]
     for name in positive + ["clip_coef", "max_grad_norm", "measure_after"]:
