@@ -37,6 +37,7 @@ others with an error within `--dist-timeout` seconds.
 
 import atexit
 import datetime
+import math
 import os
 import random
 import sys
@@ -423,6 +424,8 @@ def main(args: Args) -> None:
     speed = Speed(writer, start_step=0, warmup_steps=args.measure_after * args.batch_size)
     episodic_return = float("nan")
 
+    heartbeat = torch.zeros(1, device=device)  # the watched collective after the updates (see below)
+
     # TRY NOT TO MODIFY: start the game
     global_step = 0
     next_obs, _ = envs.reset()
@@ -479,10 +482,16 @@ def main(args: Args) -> None:
             if args.target_kl is not None and mean_over_ranks(stats[-1]["approx_kl"], args.world_size) > args.target_kl:
                 break
 
-        # the games that ended on every rank, logged by rank 0. Under --cudagraphs with NCCL this gather is
-        # also what keeps --dist-timeout: NCCL's watchdog does not watch the all-reduces replayed from the
-        # update's graph, so if a rank died during the updates, the host reads below would wait forever; this
-        # gather, enqueued behind them and watched, times out instead and the watchdog ends the run
+        # what keeps --dist-timeout under --cudagraphs with NCCL: the watchdog does not watch the all-reduces
+        # replayed from the update's graph, so if a rank died during the updates, anything that waits on the
+        # device would wait forever. This plain all-reduce of a preallocated device tensor is enqueued behind
+        # them without waiting and is watched: it times out, and the watchdog ends the run. It comes before
+        # any host read and before the gather of the games below, an object collective that first copies
+        # its pickled object to the device (a copy that waits)
+        if args.world_size > 1:
+            dist.all_reduce(heartbeat)
+
+        # the games that ended on every rank, logged by rank 0
         for game_step, episodic_return, episodic_length in sorted(gather(games, args.world_size)):
             writer.add_scalar("charts/episodic_return", episodic_return, game_step)
             writer.add_scalar("charts/episodic_length", episodic_length, game_step)
@@ -523,6 +532,10 @@ def main(args: Args) -> None:
 
 # The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
 def check_args(args: Args) -> None:
+    # a flag given as nan or inf would pass every comparison below: refused first
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
                 "eval_episodes"]
     for name in positive + ["clip_coef", "max_grad_norm", "measure_after"]:

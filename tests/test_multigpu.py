@@ -63,7 +63,8 @@ def digest(params):
 
 
 def recorded_all_reduce(tensor, *args, **kwargs):
-    log(events, "all_reduce")
+    # the gradients' all-reduce moves a flat buffer; a one-number all-reduce is the watched collective
+    log(events, "all_reduce" if tensor.numel() > 1 else "watched_all_reduce")
     before = tensor.detach().clone()
     result = all_reduce(tensor, *args, **kwargs)
     if not os.path.exists(f"allreduce{rank}.pt"):
@@ -86,6 +87,8 @@ def recorded_adam_init(self, *args, **kwargs):
 
 
 def after_step(optimizer, args, kwargs):
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return  # the step inside a CUDA graph's capture: a host read there would break the capture
     params = [p for group in optimizer.param_groups for p in group["params"]]
     if not os.path.exists(f"grads{rank}.pt"):
         probing.append(True)
@@ -269,19 +272,23 @@ def test_a_batch_too_small_for_the_world_size_is_refused(tmp_path):
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: " ".join(m) or "no flag")
 def test_a_watched_collective_comes_between_the_updates_and_any_host_read(mode, two_ranks):
     """Under --cudagraphs with NCCL, the all-reduces inside the update's graph are replayed, and NCCL's
-    watchdog does not watch a replay: if a rank died mid-update, the next host read would wait forever.
-    The optimized script gathers the games (a collective the watchdog watches, which times out) after its
-    updates and before it reads anything back. Checked here in the order of the calls, in every mode."""
+    watchdog does not watch a replay: if a rank died mid-update, the next wait on the device would last
+    forever. The optimized script enqueues a plain all-reduce of a preallocated tensor (watched, it times
+    out) after its updates, before any host read and before the gather of the games (an object collective,
+    which copies to the device and waits first). Checked here in the order of the calls, in every mode."""
     run = two_ranks((FAST, *mode))
     for rank in (0, 1):
         events, pending = lines(run, "events", rank), False
-        assert events.count("all_reduce") == UPDATES and events.count("gather") == 3, events
+        assert events.count("all_reduce") == UPDATES and events.count("watched_all_reduce") == 3, events
+        assert events.count("gather") == 3 and "read" in events, events  # one of each per iteration, and reads
         for i, event in enumerate(events):
             if event == "all_reduce":
                 pending = True
-            elif event == "gather":
+            elif event == "watched_all_reduce":
                 pending = False
-            assert not (pending and event == "read"), f"rank {rank}: a host read after an all-reduce, unwatched: {i}"
+            # an object collective copies to the device and waits: it counts as a read here
+            assert not (pending and event in ("read", "gather")), \
+                f"rank {rank}: event {i} ({event}) waits on the device after an all-reduce, before the watched one"
 
 
 @pytest.mark.parametrize("script", [EAGER, FAST])
