@@ -371,6 +371,10 @@ def main(args: Args) -> None:
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 # The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
 def check_args(args: Args) -> None:
+    # a flag given as nan or inf would pass every comparison below: refused first
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     positive = ["total_timesteps", "learning_rate", "buffer_size", "batch_size", "target_network_frequency",
                 "train_frequency", "exploration_fraction", "eval_episodes"]
     for name in positive + ["learning_starts", "measure_after", "start_e", "end_e"]:

@@ -21,6 +21,7 @@ others with an error within `--dist-timeout` seconds.
 
 import atexit
 import datetime
+import math
 import os
 import random
 import sys
@@ -422,6 +423,10 @@ def main(args: Args) -> None:
 
 # The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
 def check_args(args: Args) -> None:
+    # a flag given as nan or inf would pass every comparison below: refused first
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
                 "eval_episodes"]
     for name in positive + ["clip_coef", "max_grad_norm", "measure_after"]:

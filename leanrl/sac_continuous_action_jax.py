@@ -440,6 +440,10 @@ def to_state_dict(params: dict, **buffers: np.ndarray) -> dict[str, torch.Tensor
 
 # The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
 def check_args(args: Args) -> None:
+    # a flag given as nan or inf would pass every comparison below: refused first
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     positive = ["total_timesteps", "buffer_size", "batch_size", "policy_lr", "q_lr", "policy_frequency",
                 "target_network_frequency", "eval_episodes"]
     for name in positive + ["learning_starts", "measure_after"] + ([] if args.autotune else ["alpha"]):

@@ -13,6 +13,7 @@ buffer in a small class below.
 
 import atexit
 import copy
+import math
 import os
 import random
 import sys
@@ -285,6 +286,10 @@ def main(args: Args) -> None:
 
 # The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
 def check_args(args: Args) -> None:
+    # a flag given as nan or inf would pass every comparison below: refused first
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     positive = ["total_timesteps", "buffer_size", "batch_size", "learning_rate", "policy_frequency", "eval_episodes"]
     for name in positive + ["learning_starts", "measure_after", "policy_noise", "exploration_noise", "noise_clip"]:
         value = getattr(args, name)

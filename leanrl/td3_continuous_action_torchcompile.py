@@ -28,6 +28,7 @@ What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 
 import atexit
 import functools
+import math
 import os
 import random
 import sys
@@ -434,6 +435,10 @@ def main(args: Args) -> None:
 
 # The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
 def check_args(args: Args) -> None:
+    # a flag given as nan or inf would pass every comparison below: refused first
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     positive = ["total_timesteps", "buffer_size", "batch_size", "learning_rate", "policy_frequency", "eval_episodes"]
     for name in positive + ["learning_starts", "measure_after", "policy_noise", "exploration_noise", "noise_clip"]:
         value = getattr(args, name)

@@ -135,6 +135,19 @@ def test_bad_sizes(script, flag, value, tmp_path):
 
 
 @pytest.mark.parametrize("script", CHECKED)
+def test_every_float_flag_refuses_nan_and_inf(script, tmp_path):
+    """A float flag given as nan or inf passes range checks written as comparisons (every comparison with nan
+    is false): each script refuses a non-finite value (nan and inf in turn) for every float flag, with one
+    line naming the flag (in this process: the same main() and checks, without a new interpreter per flag)."""
+    floats = [f.name for f in fields(load_script(script).Args) if f.type in (float, "float", float | None, "float | None")]
+    assert floats, "no float flag"
+    for i, name in enumerate(floats):
+        flag = "--" + name.replace("_", "-")
+        run = run_in_process(script, *SPECS[script].short, flag, ["nan", "inf"][i % 2], cwd=tmp_path / name)
+        assert_user_error(run, flag)
+
+
+@pytest.mark.parametrize("script", CHECKED)
 def test_ctrl_c_keeps_the_logs(script, tmp_path):
     spec = SPECS[script]
     args = with_flag(spec.short, "--total-timesteps", "1000000")
