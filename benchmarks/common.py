@@ -14,6 +14,18 @@ from leanrl_utils.scripts import script as load_script  # noqa: F401  (one loade
 REPO = Path(__file__).resolve().parent.parent
 
 
+def built(module_cls, *args, device) -> torch.nn.Module:
+    """A network of a script, built as the scripts build it: on the CPU (initial weights from the CPU
+    generator), then moved to `device`."""
+    return module_cls(*args).to(device)
+
+
+def shell(module_cls, *args) -> torch.nn.Module:
+    """A weightless shell of a script's network, built on "meta": it runs the weights put into it."""
+    with torch.device("meta"):
+        return module_cls(*args)
+
+
 def device_sync(device: str | torch.device):
     """A function that waits for the device's queued work (nothing to wait for on the CPU)."""
     if torch.device(device).type == "cuda":

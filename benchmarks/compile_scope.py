@@ -51,7 +51,7 @@ import torch.nn as nn
 from tensordict import from_modules
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import NoCompiling, device_sync, dynamo_counts, load_script, percentile, time_calls  # noqa: E402
+from benchmarks.common import NoCompiling, built, device_sync, dynamo_counts, load_script, percentile, shell, time_calls  # noqa: E402
 from benchmarks.report import describe_machine  # noqa: E402
 
 WORKLOADS = ["sac_critic", "ppo_mlp", "ppo_atari"]
@@ -70,11 +70,11 @@ class SACCritic(nn.Module):
     def __init__(self, env, device):
         super().__init__()
         m = load_script("sac_continuous_action_torchcompile")
-        self.actor = m.Actor(env, device=device).requires_grad_(False)  # the critic step does not train it
-        self.qnet_params = from_modules(m.SoftQNetwork(env, device=device), m.SoftQNetwork(env, device=device),
+        self.actor = built(m.Actor, env, device=device).requires_grad_(False)  # the critic step does not train it
+        self.qnet_params = from_modules(built(m.SoftQNetwork, env, device=device), built(m.SoftQNetwork, env, device=device),
                                         as_module=True)
         self.qnet_target = self.qnet_params.data.clone()
-        self.qnet = m.SoftQNetwork(env, device="meta")
+        self.qnet = shell(m.SoftQNetwork, env)
         self.qnet_params.to_module(self.qnet, preserve_module_state=False)
 
     def batched_qf(self, params, obs, action):
@@ -141,7 +141,7 @@ def build(workload: str, device: torch.device, batch: int | None = None):
     if workload == "ppo_mlp":
         m = load_script("ppo_continuous_action_torchcompile")
         envs = m.make_envs(m.Args(env_id="HalfCheetah-v4"), "", num_envs=1)
-        module, n = PPOUpdate(m.Agent(envs, device=device)), batch or 64
+        module, n = PPOUpdate(built(m.Agent, envs, device=device)), batch or 64
         obs_dim, act_dim = envs.single_observation_space.shape[0], envs.single_action_space.shape[0]
 
         def make(g):
@@ -152,7 +152,7 @@ def build(workload: str, device: torch.device, batch: int | None = None):
     else:
         m = load_script("ppo_atari_envpool_torchcompile")
         envs = m.make_envs(m.Args(env_id="Breakout-v5"), num_envs=1)
-        module, n = PPOUpdate(m.Agent(envs, device=device).to(memory_format=torch.channels_last)), batch or 256
+        module, n = PPOUpdate(built(m.Agent, envs, device=device).to(memory_format=torch.channels_last)), batch or 256
 
         def make(g):
             return (torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8, device=device, generator=g),

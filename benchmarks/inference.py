@@ -47,7 +47,7 @@ from tensordict import from_module
 from tensordict.nn import CudaGraphModule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import NoCompiling, device_sync, dynamo_counts, interleaved, load_script, percentile  # noqa: E402
+from benchmarks.common import NoCompiling, built, device_sync, dynamo_counts, interleaved, load_script, percentile, shell  # noqa: E402
 from benchmarks.report import describe_machine  # noqa: E402
 
 MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
@@ -66,10 +66,10 @@ class Policy:
 
 def detached(module_cls, env, device):
     """A network as the scripts build it, and the copy that acts: its weights, detached, in a meta shell."""
-    net = module_cls(env, device=device)
-    shell = module_cls(env, device="meta")
-    from_module(net).data.to_module(shell, preserve_module_state=False)
-    return net, shell
+    net = built(module_cls, env, device=device)
+    acting = shell(module_cls, env)
+    from_module(net).data.to_module(acting, preserve_module_state=False)
+    return net, acting
 
 
 def build(name: str, batch: int, device: torch.device) -> Policy:

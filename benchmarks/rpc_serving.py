@@ -51,7 +51,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import load_script  # noqa: E402
+from benchmarks.common import built, load_script, shell  # noqa: E402
 from benchmarks.report import describe_machine  # noqa: E402
 
 PERCENTILES = (50, 75, 90, 95)
@@ -90,7 +90,7 @@ def build_policy(name: str, device: torch.device, greedy: bool = False):
     if name == "mlp":
         m = load_script("ppo_continuous_action_torchcompile")
         envs = m.make_envs(m.Args(env_id="HalfCheetah-v4"), "", num_envs=1)
-        agent, acting = m.Agent(envs, device=device), m.Agent(envs, device="meta")
+        agent, acting = built(m.Agent, envs, device=device), shell(m.Agent, envs)
         from_module(agent).data.to_module(acting, preserve_module_state=False)
         act = acting.actor_mean if greedy else (lambda states: acting.get_action_and_value(states)[0])
         return act, envs.single_observation_space.shape, torch.float32, \
@@ -98,7 +98,7 @@ def build_policy(name: str, device: torch.device, greedy: bool = False):
     if name == "atari-cnn":
         m = load_script("ppo_atari_envpool_torchcompile")
         envs = m.make_envs(m.Args(env_id="Breakout-v5"), num_envs=1)
-        agent, acting = m.Agent(envs, device=device), m.Agent(envs, device="meta")
+        agent, acting = built(m.Agent, envs, device=device), shell(m.Agent, envs)
         agent.to(memory_format=torch.channels_last)
         from_module(agent).data.to_module(acting, preserve_module_state=False)
 

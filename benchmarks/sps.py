@@ -5,9 +5,11 @@ shared machine spreads over all of them), reads `charts/SPS` (the last value: th
 average over the whole window after the warm-up) and `charts/warmup_time` from each
 run's event file, and prints a table: median fps, min-max, the ratio to the first
 configuration (the median over rounds of each round's ratio: both taken in the same round,
-so that the machine's drift between rounds cancels), each round's ratio, median warm-up.
-With --out, the table and every run's figures are also written there (results.md,
-results.json).
+so that the machine's drift between rounds cancels), each round's ratio, the verdict against
+the first configuration by the tie rule of docs/ (faster or slower when the min-max ranges do not
+overlap, a tie when they do), median warm-up. With --out, the table and every run's figures are
+also written there (results.md, results.json); --rerender FOLDER rewrites a folder's results.md
+from its results.json (its recorded command and machine kept).
 
     python benchmarks/sps.py --rounds 3 --steps 7000 --args="--learning-starts 5000" \
         sac_continuous_action sac_continuous_action_torchcompile \
@@ -19,6 +21,7 @@ NAME=value words that set the run's environment ("TORCHINDUCTOR_MAX_AUTOTUNE=1 s
 
 import argparse
 import itertools
+import json
 import os
 import re
 import shlex
@@ -57,16 +60,52 @@ def run_once(config: str, common: list[str], steps: int, env_id: str | None, wor
     return {"sps": scalars["charts/SPS"][-1][1], "warmup": warmup, "wall": wall}
 
 
+def verdict(sps: list[float], first: list[float]) -> str:
+    """The tie rule of docs/: a configuration is faster (slower) than the first only if its slowest
+    (fastest) round beat (lost to) the first's fastest (slowest); overlapping min-max ranges are a tie."""
+    if min(sps) > max(first):
+        return "faster"
+    if max(sps) < min(first):
+        return "slower"
+    return "tie"
+
+
+def table(data: dict) -> str:
+    results, configs = data["runs"], list(data["runs"])
+    lines = [f"{data['rounds']} interleaved rounds, {data['steps']} steps each, {data['args'] or 'default flags'}"
+             + (f", --env-id {data['env_id']}" if data["env_id"] else ""), "",
+             "| configuration | fps (median) | min-max | vs first (median of the rounds' ratios) | per round | "
+             "vs first (tie rule) | warm-up (s, median) |", "|---|---|---|---|---|---|---|"]
+    first = [r["sps"] for r in results[configs[0]]]
+    for config, rs in results.items():
+        sps = [r["sps"] for r in rs]
+        ratios = [x / y for x, y in zip(sps, first)]  # each round against the first configuration's same round
+        warm = statistics.median(r["warmup"] for r in rs)
+        lines.append(f"| `{config}` | {statistics.median(sps):.1f} | {min(sps):.1f}-{max(sps):.1f} | "
+                     f"{statistics.median(ratios):.2f}x | {', '.join(f'{x:.2f}' for x in ratios)} | "
+                     f"{'first' if config == configs[0] else verdict(sps, first)} | {warm:.1f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("configs", nargs="+", help="script name (in leanrl/) and its flags, quoted together; leading NAME=value "
-                        "words set the run's environment")
+    parser.add_argument("configs", nargs="*", help="script name (in leanrl/) and its flags, quoted together; leading "
+                        "NAME=value words set the run's environment")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, required=True, help="--total-timesteps of each run")
+    parser.add_argument("--steps", type=int, help="--total-timesteps of each run")
     parser.add_argument("--env-id", default=None)
     parser.add_argument("--args", default="", help="flags passed to every run")
     parser.add_argument("--out", type=Path, default=None, help="also write results.md and results.json here")
+    parser.add_argument("--rerender", type=Path, default=None, metavar="FOLDER",
+                        help="rewrite FOLDER/results.md from FOLDER/results.json, and nothing else")
     opts = parser.parse_args()
+    if opts.rerender:
+        data = json.loads((opts.rerender / "results.json").read_text())
+        header = (f"Command: `{data['command']}`\n\nMachine: " + ", ".join(f"{k} {v}" for k, v in data["machine"].items()))
+        (opts.rerender / "results.md").write_text(f"{header}\n\n{table(data)}\n")
+        return
+    if not opts.configs or opts.steps is None:
+        parser.error("give the configurations and --steps (or --rerender FOLDER)")
 
     results: dict[str, list[dict]] = {c: [] for c in opts.configs}
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,19 +115,8 @@ def main() -> None:
                 results[config].append(r)
                 print(f"round {rnd + 1}: {config}: {r['sps']:.1f} fps, warm-up {r['warmup']:.1f} s", file=sys.stderr)
 
-    lines = [f"{opts.rounds} interleaved rounds, {opts.steps} steps each, {opts.args or 'default flags'}"
-             + (f", --env-id {opts.env_id}" if opts.env_id else ""), "",
-             "| configuration | fps (median) | min-max | vs first (median of the rounds' ratios) | per round | "
-             "warm-up (s, median) |", "|---|---|---|---|---|---|"]
-    first = [r["sps"] for r in results[opts.configs[0]]]
-    for config, rs in results.items():
-        sps = [r["sps"] for r in rs]
-        ratios = [x / y for x, y in zip(sps, first)]  # each round against the first configuration's same round
-        warm = statistics.median(r["warmup"] for r in rs)
-        lines.append(f"| `{config}` | {statistics.median(sps):.1f} | {min(sps):.1f}-{max(sps):.1f} | "
-                     f"{statistics.median(ratios):.2f}x | {', '.join(f'{x:.2f}' for x in ratios)} | {warm:.1f} |")
-    write_results(opts.out, "\n".join(lines), {"rounds": opts.rounds, "steps": opts.steps, "env_id": opts.env_id,
-                                               "args": opts.args, "runs": results})
+    data = {"rounds": opts.rounds, "steps": opts.steps, "env_id": opts.env_id, "args": opts.args, "runs": results}
+    write_results(opts.out, table(data), data)
 
 
 if __name__ == "__main__":

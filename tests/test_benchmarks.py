@@ -38,6 +38,7 @@ def test_sps_benchmark(tmp_path):
     assert float(rows[2][1]) == round(statistics.median(fast), 1)
     assert rows[2][3] == f"{statistics.median([f / e for f, e in zip(fast, eager)]):.2f}x"
     assert rows[2][4] == ", ".join(f"{f / e:.2f}" for f, e in zip(fast, eager))
+    assert rows[1][5] == "first" and rows[2][5] in ("faster", "tie", "slower")
     assert (tmp_path / "results.md").read_text().startswith("Command: `python benchmarks/sps.py --rounds 2")
 
 
@@ -128,3 +129,13 @@ def test_dqn_buffer_memory_benchmark():
     rows = table_rows(bench("benchmarks/dqn_buffer_memory.py", "--size", "20000"))
     assert rows[1][:3] == ["dqn_atari_envpool", "20000", "7081"], rows
     assert float(rows[1][4].split()[0]) >= 0.9 * float(rows[1][3].split()[0]) > 0  # the pages were written
+
+
+def test_sps_verdict_follows_the_tie_rule():
+    """Faster or slower only when the min-max ranges do not overlap; overlapping ranges are a tie."""
+    from benchmarks.sps import verdict
+
+    assert verdict([3.0, 4.0], [1.0, 2.0]) == "faster"
+    assert verdict([1.0, 1.2], [2.0, 3.0]) == "slower"
+    assert verdict([1.0, 2.5], [2.0, 3.0]) == "tie" and verdict([2.0, 2.1], [1.0, 3.0]) == "tie"
+    assert verdict([2.0, 3.0], [1.0, 2.0]) == "tie"  # touching ranges are not apart
