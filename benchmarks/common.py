@@ -1,4 +1,5 @@
-"""What the benchmarks (and the tests) share: the scripts of leanrl/ as modules, and one timing helper."""
+"""What the benchmarks share: the scripts of leanrl/ as modules, their networks built as the scripts build them,
+and timing helpers."""
 
 import json
 import shlex

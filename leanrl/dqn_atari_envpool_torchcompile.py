@@ -12,7 +12,7 @@ Each optimization carries a comment saying what it saves:
 - `--compile`: `torch.compile` of the loss with its backward pass (the fused
   optimizer step stays eager: one kernel), and of the acting step on a GPU;
 - `--cudagraphs`: the whole update, and the greedy acting step, replayed as one
-  CUDA graph each (tensordict's `CudaGraphModule`): no kernel-launch overhead on a GPU;
+  CUDA graph each (tensordict's `CudaGraphModule`): one launch for all of its kernels on a GPU;
 - no `.item()` in the hot loop but the action handed to the environment.
 
 The two scripts draw the same batches (the replay buffer has a generator of its
@@ -317,7 +317,7 @@ def main(args: Args) -> None:
         warnings.filterwarnings("ignore", "This module is instantiated on a machine without CUDA")
         warmup = 4 if args.compile else 2
         update = CudaGraphModule(update, in_keys=[], out_keys=[], warmup=warmup)
-        update_target = CudaGraphModule(update_target, warmup=warmup)  # takes no input: the tensor path
+        update_target = CudaGraphModule(update_target, warmup=warmup)  # a function of no argument: graphed too
         policy = CudaGraphModule(policy, warmup=warmup)
 
     writer = make_writer(args, run_name, started)

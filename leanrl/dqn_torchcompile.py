@@ -3,15 +3,16 @@
 The algorithm and defaults of `dqn.py`; only the execution changes. Each
 optimization carries a comment saying what it saves:
 
-- the replay buffer is a TensorDict preallocated on the training device and
-  sampled there: no host round-trip per update;
+- the replay buffer is one tensor of rows preallocated on the training device (a
+  transition per row), staged on the host and copied once per batch; a batch is one
+  gather there, returned as a TensorDict of views;
 - the greedy action calls the layers' functions on the weights directly, not
   the module: at batch 1 the module machinery costs more than the math;
 - the target network is updated with one fused `lerp_`;
 - `--compile`: `torch.compile` of the loss with its backward pass (the fused
   optimizer step stays eager: one kernel);
 - `--cudagraphs`: the whole update, and the greedy acting step, replayed as one
-  CUDA graph each (tensordict's `CudaGraphModule`): no kernel-launch overhead on a GPU;
+  CUDA graph each (tensordict's `CudaGraphModule`): one launch for all of its kernels on a GPU;
 - no `.item()` in the hot loop but the action handed to the environment: losses
   are read back only at logging intervals.
 
@@ -268,7 +269,7 @@ def main(args: Args) -> None:
         warnings.filterwarnings("ignore", "This module is instantiated on a machine without CUDA")
         warmup = 4 if args.compile else 2
         update = CudaGraphModule(update, in_keys=[], out_keys=[], warmup=warmup)
-        update_target = CudaGraphModule(update_target, warmup=warmup)  # takes no input: the tensor path
+        update_target = CudaGraphModule(update_target, warmup=warmup)  # a function of no argument: graphed too
         policy = CudaGraphModule(policy, warmup=warmup)
 
     writer = make_writer(args, run_name, started)

@@ -319,7 +319,7 @@ def main(args: Args) -> None:
         # Optimizing the policy and value network
         clipfracs = []
         for epoch in range(args.update_epochs):
-            # a torch permutation (CleanRL shuffles with numpy): the same stream as the optimized script
+            # a torch permutation (CleanRL shuffles with numpy): the eager and optimized scripts draw the same one
             b_inds = torch.randperm(args.local_batch_size, device=device)
             for start in range(0, args.local_batch_size, args.minibatch_size):
                 end = start + args.minibatch_size

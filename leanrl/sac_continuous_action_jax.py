@@ -309,7 +309,7 @@ def make_update_fns(args: Args, actor: Actor, qnet: SoftQNetwork, target_entropy
                 noise, alpha_noise = jax.random.normal(jax.random.fold_in(policy_key, i), (2, *shape))
                 return update_actor(state, data.observations, noise, alpha_noise)
 
-            # compensate for the delay by doing 'actor_update_interval' instead of 1
+            # compensate for the delay by doing 'policy_frequency' instead of 1
             zeros = dict.fromkeys(["actor_loss", "alpha_loss"] if args.autotune else ["actor_loss"], jnp.float32(0))
             state, actor_info = jax.lax.fori_loop(0, args.policy_frequency, policy_step, (state, zeros))
             info |= actor_info
