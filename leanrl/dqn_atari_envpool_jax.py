@@ -27,7 +27,12 @@ and why:
   (tests/test_jax_dqn.py);
 - `--save-model` converts the flax params to the eager script's torch `state_dict`
   (conv kernels HWIO -> OIHW, the first Dense layer's inputs from the NHWC flatten
-  order to torch's NCHW one), so that `leanrl_utils/evals.py` loads and plays it unchanged.
+  order to torch's NCHW one), so that `leanrl_utils/evals.py` loads and plays it unchanged;
+- shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic`
+  as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), the
+  checkpoint played on the device the eager script would train on, and a train state that is a plain
+  `NamedTuple` of params and optax states (flax's `TrainState` would add an `apply_fn` that the
+  jitted functions, which close over their networks, never call).
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 

@@ -23,7 +23,12 @@ What it does differently from `dqn.py`, and why:
   same weights and the same batch the first loss is the same (tests/test_jax_dqn.py);
 - the losses stay on the device until they are logged, every 100 steps;
 - `--save-model` converts the flax params to `dqn.py`'s torch `state_dict` (Dense
-  kernels transposed), so that `leanrl_utils/evals.py` loads and plays it unchanged.
+  kernels transposed), so that `leanrl_utils/evals.py` loads and plays it unchanged;
+- shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic`
+  as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), the
+  checkpoint played on the device the eager script would train on, and a train state that is a plain
+  `NamedTuple` of params and optax states (flax's `TrainState` would add an `apply_fn` that the
+  jitted functions, which close over their networks, never call).
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 

@@ -30,7 +30,12 @@ gymnasium 1.x vector environments reset a finished episode on the *next* step by
 default; this script, as the eager one, asks for same-step autoreset, so that the
 step that ends an episode returns the first observation of the next one
 (`next_done` marks it) and no reset step ever enters the rollout as a transition.
-The environments run on the host, with the eager script's wrappers.
+The environments run on the host, with the eager script's wrappers;
+- shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic`
+  as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), the
+  checkpoint played on the device the eager script would train on, and a train state that is a plain
+  `NamedTuple` of params and optax states (flax's `TrainState` would add an `apply_fn` that the
+  jitted functions, which close over their networks, never call).
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 
@@ -373,11 +378,12 @@ def main(args: Args) -> None:
     # TRY NOT TO MODIFY: seeding (JAX's PRNG key; the environments as the eager script)
     random.seed(args.seed)
     np.random.seed(args.seed)
-    if args.torch_deterministic:  # read when XLA's backend starts: before the first array
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
+    flag = "--xla_gpu_deterministic_ops=true"
+    if args.torch_deterministic and flag not in os.environ.get("XLA_FLAGS", ""):  # read when XLA's backend starts
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
     if not args.cuda:
         jax.config.update("jax_platforms", "cpu")
-    key = jax.random.PRNGKey(args.seed)
+    key = jax.random.key(args.seed)
     key, agent_key = jax.random.split(key)
 
     # env setup
@@ -469,6 +475,8 @@ def main(args: Args) -> None:
         from leanrl_utils.evals import evaluate
 
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        # played in torch (leanrl_utils/evals.py) on the device the eager script would train on
+        torch_device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
         # the eager script's checkpoint: its Agent's state_dict, and the observation normalizer's
         # statistics beside it (they belong to the policy)
         rms = envs.envs[0].get_wrapper_attr("obs_rms")
@@ -476,7 +484,7 @@ def main(args: Args) -> None:
         torch.save({"algo": "ppo_continuous", "args": asdict(args), "agent": to_torch_state_dict(state.params),
                     "obs_rms": obs_rms}, model_path)
         print(f"model saved to {model_path}")
-        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, "cpu")):
+        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, torch_device)):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 

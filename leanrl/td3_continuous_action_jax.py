@@ -19,7 +19,17 @@ which `jax.jit`, `jax.vmap` and buffer donation take directly) and optax. What i
   PyTorch script's numbers (other generators, other initial weights drawn from the same law);
 - logged values stay on the device until a logging step reads them;
 - `--save-model` converts the flax params into the eager script's torch `state_dict`s, so that
-  `leanrl_utils/evals.py` loads and plays the checkpoint unchanged.
+  `leanrl_utils/evals.py` loads and plays the checkpoint unchanged;
+- shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic`
+  as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), the
+  checkpoint played on the device the eager script would train on, and a train state that is a plain
+  `NamedTuple` of params and optax states (flax's `TrainState` would add an `apply_fn` that the
+  jitted functions, which close over their networks, never call);
+- each environment step writes its transition with one jitted `buffer_add` call; the DQN twins
+  stage steps on the host and write them inside the update instead, which saves calls there because
+  DQN updates every `train_frequency` steps, where TD3 updates every step (a staged write would be a
+  call per step all the same); the layers use a `Linear` of this file that draws torch's default
+  initialisation, where the DQN twins give `nn.Dense` initialisers that draw the same law.
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 
@@ -56,7 +66,7 @@ class Args:
     seed: int = 1
     """seed of the experiment"""
     torch_deterministic: bool = True
-    """if toggled, XLA's GPU kernels are deterministic (`--xla_gpu_exclude_nondeterministic_ops`); the CPU's are"""
+    """if toggled, XLA's GPU kernels are deterministic (`--xla_gpu_deterministic_ops`); the CPU's are"""
     cuda: bool = True
     """if toggled, JAX runs on the GPU when it has one (else on the CPU)"""
     track: bool = False
@@ -367,13 +377,15 @@ def main(args: Args) -> None:
         from leanrl_utils.evals import evaluate
 
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        # played in torch (leanrl_utils/evals.py) on the device the eager script would train on
+        torch_device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
         qf1, qf2 = (jax.tree.map(lambda p, i=i: p[i], state.qf_params) for i in range(2))
         torch.save({"algo": "td3", "args": asdict(args),
                     "actor": to_state_dict(state.actor_params, action_scale=actor.action_scale,
                                            action_bias=actor.action_bias),
                     "qf1": to_state_dict(qf1), "qf2": to_state_dict(qf2)}, model_path)
         print(f"model saved to {model_path}")
-        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, "cpu")):
+        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, torch_device)):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 
@@ -408,7 +420,7 @@ def use_device(args: Args) -> None:
     (the flag is read when the GPU backend starts; the CPU's kernels are deterministic anyway)."""
     if not args.cuda:
         jax.config.update("jax_platforms", "cpu")
-    flag = "--xla_gpu_exclude_nondeterministic_ops=true"
+    flag = "--xla_gpu_deterministic_ops=true"
     if args.torch_deterministic and flag not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
 
