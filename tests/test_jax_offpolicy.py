@@ -101,11 +101,20 @@ class Recorder:
         pass
 
 
-def run_eager_first_update(pair: str, monkeypatch, tmp_path, record_draw) -> dict:
-    """The eager script's first update, recorded: its batch, initial and updated weights, logged scalars
-    and the random draws that `record_draw` (a monkeypatch of the draw the update makes) appends to."""
+def run_eager_first_update(pair: str, monkeypatch, tmp_path, record_draw, updates: int = 1, tau: float = 0.005) -> dict:
+    """The eager script's first `updates` updates (at steps 100, 101, ...), recorded: their batches (the
+    first as "batch"), the initial weights, the weights and target weights after the last update, the
+    scalars logged (at step 100) and the random draws that `record_draw` (a monkeypatch of the draw the
+    update makes) appends to."""
     module = load_script(eager(pair))
-    recorded = dict(nets=[], writers=[])
+    recorded = dict(nets=[], writers=[], batches=[], targets=[])
+    deepcopy = module.copy.deepcopy
+
+    def recording_deepcopy(x, memo=None):
+        out = deepcopy(x, memo)
+        if any(x is net for net in recorded["nets"]):  # a target network, made as a copy of its network
+            recorded["targets"].append(out)
+        return out
 
     def recording(cls):
         class Recorded(cls):
@@ -118,8 +127,10 @@ def run_eager_first_update(pair: str, monkeypatch, tmp_path, record_draw) -> dic
     class Buffer(module.ReplayBuffer):
         def sample(self, batch_size):
             batch = super().sample(batch_size)
-            recorded["batch"] = {k: v.numpy().copy() for k, v in vars(batch).items()}
-            recorded["initial"] = [{k: v.clone() for k, v in net.state_dict().items()} for net in recorded["nets"]]
+            recorded["batches"].append({k: v.numpy().copy() for k, v in vars(batch).items()})
+            if len(recorded["batches"]) == 1:
+                recorded["batch"] = recorded["batches"][0]
+                recorded["initial"] = [{k: v.clone() for k, v in net.state_dict().items()} for net in recorded["nets"]]
             return batch
 
     def writer(*args, **kwargs):
@@ -130,11 +141,15 @@ def run_eager_first_update(pair: str, monkeypatch, tmp_path, record_draw) -> dic
         monkeypatch.setattr(module, name, recording(getattr(module, name)))
     monkeypatch.setattr(module, "ReplayBuffer", Buffer)
     monkeypatch.setattr(module, "SummaryWriter", writer)
+    monkeypatch.setattr(module.copy, "deepcopy", recording_deepcopy)
     monkeypatch.chdir(tmp_path)
     record_draw()
-    module.main(module.Args(env_id="Pendulum-v1", total_timesteps=101, learning_starts=99, seed=7, cuda=False))
+    module.main(module.Args(env_id="Pendulum-v1", total_timesteps=100 + updates, learning_starts=99, seed=7, cuda=False,
+                            tau=tau))
+    assert len(recorded["batches"]) == updates
     recorded["logged"] = recorded["writers"][0].scalars
     recorded["updated"] = [net.state_dict() for net in recorded["nets"]]
+    recorded["updated_targets"] = [net.state_dict() for net in recorded["targets"]]
     return recorded
 
 
@@ -145,10 +160,10 @@ def flax_params(state_dict: dict) -> dict:
                                "bias": jnp.asarray(state_dict[f"{layer}.bias"].numpy())} for layer in layers}}
 
 
-def twin_setup(pair: str, recorded: dict):
+def twin_setup(pair: str, recorded: dict, tau: float = 0.005):
     """The twin's modules, update functions and train state around the eager script's initial weights."""
     module = load_script(twin(pair))
-    args = module.Args(env_id="Pendulum-v1", total_timesteps=101, learning_starts=99, seed=7, cuda=False)
+    args = module.Args(env_id="Pendulum-v1", total_timesteps=101, learning_starts=99, seed=7, cuda=False, tau=tau)
     actor_sd, qf1_sd, qf2_sd = recorded["initial"]
     actor = module.Actor(action_scale=actor_sd["action_scale"].numpy(), action_bias=actor_sd["action_bias"].numpy())
     qnet = module.SoftQNetwork() if pair == "sac" else module.QNetwork()
@@ -162,19 +177,28 @@ LOSS_TOLERANCE = dict(rtol=1e-5, atol=1e-6)  # float32 rounding, summed in anoth
 WEIGHT_TOLERANCE = dict(rtol=1e-5, atol=1e-6)
 
 
-def assert_updated_weights(state, recorded: dict):
+def assert_updated_weights(state, recorded: dict, tolerance: dict = WEIGHT_TOLERANCE, targets: bool = False):
     """The weights after the update equal the eager script's: Adam's first step moves each weight by
-    about lr * sign(gradient), so this checks the gradients' signs and the optimizer's arithmetic."""
+    about lr * sign(gradient), so this checks the gradients' signs and the optimizer's arithmetic. With
+    `targets`, the target networks too (the eager script's deep copies: TD3's actor's, then the critics')."""
     actor_sd, qf1_sd, qf2_sd = recorded["updated"]
-    for name, params, sd in [("actor", state.actor_params, actor_sd),
-                             ("qf1", jax.tree.map(lambda p: p[0], state.qf_params), qf1_sd),
-                             ("qf2", jax.tree.map(lambda p: p[1], state.qf_params), qf2_sd)]:
+    pairs = [("actor", state.actor_params, actor_sd),
+             ("qf1", jax.tree.map(lambda p: p[0], state.qf_params), qf1_sd),
+             ("qf2", jax.tree.map(lambda p: p[1], state.qf_params), qf2_sd)]
+    if targets:
+        *actor_target, qf1_target, qf2_target = recorded["updated_targets"]
+        pairs += [("qf1 target", jax.tree.map(lambda p: p[0], state.qf_target_params), qf1_target),
+                  ("qf2 target", jax.tree.map(lambda p: p[1], state.qf_target_params), qf2_target)]
+        if actor_target:  # TD3
+            pairs.append(("actor target", state.actor_target_params, actor_target[0]))
+        assert len(actor_target) == (1 if hasattr(state, "actor_target_params") else 0)
+    for name, params, sd in pairs:
         expected = flax_params(sd)
         for path, value in jax.tree_util.tree_leaves_with_path(params):
             want = expected
             for part in path:
                 want = want[part.key]
-            np.testing.assert_allclose(np.asarray(value), np.asarray(want), err_msg=f"{name} {path}", **WEIGHT_TOLERANCE)
+            np.testing.assert_allclose(np.asarray(value), np.asarray(want), err_msg=f"{name} {path}", **tolerance)
 
 
 
@@ -239,3 +263,89 @@ def test_td3_first_update_equals_the_eager_scripts(monkeypatch, tmp_path):
     for name, value in info.items():
         np.testing.assert_allclose(float(value), logged[f"losses/{name}"], **LOSS_TOLERANCE, err_msg=name)
     assert_updated_weights(state, recorded)
+
+
+# Four updates (steps 100 to 103): the delayed actor update runs twice (steps 100 and 102; SAC's with
+# its two actor and alpha steps each) and the targets move (SAC's every step, TD3's with the actor).
+UPDATES = 4
+# Adam divides by the root of its second moment: where a gradient is near zero, float32 rounding in
+# another summation order moves that weight's step by a few percent of the learning rate (1e-3 for the
+# critics), and four updates add up. A wrong update (a target copied instead of averaged, a skipped or
+# extra actor step) moves weights by about a learning rate, 20 times this tolerance.
+TRAIN_STEP_TOLERANCE = dict(rtol=1e-4, atol=5e-5)
+# At the default tau (0.005) four updates move a target by about tau times a learning rate, far below any
+# tolerance: a target update skipped or wrong would pass. With tau = 0.5 each target moves by half its
+# network's move, so the targets are checked at the precision of the networks.
+TRAIN_STEP_TAU = 0.5
+
+
+def recording(draws: list):
+    """Monkeypatches of the eager pair's draws: SAC's reparameterised samples (Normal.rsample written out,
+    its noise from torch.randn), TD3's target policy smoothing (torch.randn_like)."""
+    randn_like = torch.randn_like
+
+    def recording_rsample(self, sample_shape=()):
+        eps = torch.randn(self._extended_shape(sample_shape))
+        draws.append(eps.numpy().copy())
+        return self.loc + eps * self.scale
+
+    def recording_randn_like(*args, **kwargs):
+        out = randn_like(*args, **kwargs)
+        draws.append(out.numpy().copy())
+        return out
+    return {"sac": recording_rsample, "td3": recording_randn_like}
+
+
+@pytest.mark.parametrize("pair", TAGS)
+def test_train_step_over_four_updates_equals_the_eager_scripts(pair, monkeypatch, tmp_path):
+    """The twin's jitted `train_step`, the function its training loop calls, run four times from the eager
+    script's initial weights on its four batches, with its random draws fed in order where the twin
+    draws from its key (the batch index and every Gaussian draw: `buffer_sample` and `jax.random.normal`
+    patched, under `jax.disable_jit()` so that each call runs them). Its key splitting, the static
+    branches of the delayed updates, the `fori_loop` of SAC's actor steps and the target updates are all
+    the twin's own. Compared with eager: the losses logged at step 100, and every weight of the actor,
+    both critics and every target network after the fourth update."""
+    draws = []
+    patch = recording(draws)[pair]
+
+    def record_draw():
+        if pair == "sac":
+            monkeypatch.setattr(torch.distributions.Normal, "rsample", patch)
+        else:
+            monkeypatch.setattr(torch, "randn_like", patch)
+
+    recorded = run_eager_first_update(pair, monkeypatch, tmp_path, record_draw, updates=UPDATES, tau=TRAIN_STEP_TAU)
+    update_draws = [d for d in draws if d.shape[0] > 1]  # those of the updates, not of the acting steps
+    policy_steps = [step % 2 == 0 for step in range(100, 100 + UPDATES)]
+    assert len(update_draws) == UPDATES + (4 * sum(policy_steps) if pair == "sac" else 0), [d.shape for d in draws]
+
+    module, args, actor, qnet, state, _ = twin_setup(pair, recorded, tau=TRAIN_STEP_TAU)
+    env = module.make_env("Pendulum-v1", seed=0)  # the task's action space, as main() reads it
+    if pair == "sac":
+        fns = module.make_update_fns(args, actor, qnet, target_entropy=-float(np.prod(env.action_space.shape)))
+    else:
+        fns = module.make_update_fns(args, actor, qnet, env.action_space.low, env.action_space.high)
+    batches = iter(module.ReplayBuffer(**{k: jnp.asarray(v) for k, v in b.items()}, pos=0, size=0)
+                   for b in recorded["batches"])
+    queue = iter(update_draws)
+
+    def normal(key, shape=(), *args, **kwargs):
+        if len(shape) == 3:  # SAC's actor step: its draw and its alpha step's, stacked
+            return jnp.stack([jnp.asarray(next(queue)), jnp.asarray(next(queue))])
+        return jnp.asarray(next(queue))
+
+    monkeypatch.setattr(module, "buffer_sample", lambda rb, key, batch_size: next(batches))
+    monkeypatch.setattr(jax.random, "normal", normal)
+    key, infos = jax.random.key(0), []
+    with jax.disable_jit():
+        for policy_update in policy_steps:
+            flags = dict(policy_update=policy_update) | (dict(target_update=True) if pair == "sac" else {})
+            state, key, info = fns.train_step(state, None, key, **flags)
+            infos.append(info)
+    assert next(queue, None) is None and next(batches, None) is None  # every draw and batch used, in order
+
+    logged = recorded["logged"]  # step 100's, the first update's (a policy step)
+    assert sorted(f"losses/{k}" for k in infos[0]) == sorted(k for k in logged if k.startswith("losses/"))
+    for name, value in infos[0].items():
+        np.testing.assert_allclose(float(value), logged[f"losses/{name}"], **LOSS_TOLERANCE, err_msg=name)
+    assert_updated_weights(state, recorded, TRAIN_STEP_TOLERANCE, targets=True)
