@@ -316,10 +316,12 @@ def theoretical_peak() -> dict:
     fields = cpu_fields()
     flags, vendor = fields.get("flags", "").split(), fields.get("vendor_id", "")
     # fused multiply-adds per cycle x float32 lanes x 2 FLOPs: two FMA units per core on the x86 server
-    # cores of the last decade; 512-bit wide on Intel's AVX-512 parts, 256-bit on AMD's (Zen 4 runs
-    # AVX-512 in two halves) and on every AVX2 core
-    if "avx512f" in flags and vendor == "GenuineIntel":
-        per_cycle, why = 2 * 16 * 2, "AVX-512 on an Intel core: two 512-bit FMA units, 16 float32 lanes each"
+    # cores of the last decade; 512-bit wide on AVX-512 parts (Intel's, AMD's Zen 5), 256-bit on Zen 4
+    # (family 25, which runs AVX-512 in two halves) and on every AVX2 core. Where the width is unsure the
+    # wider count is taken: a peak set too high loosens the bound, one set too low breaks it.
+    zen4 = vendor == "AuthenticAMD" and fields.get("cpu family") == "25"
+    if "avx512f" in flags and not zen4:
+        per_cycle, why = 2 * 16 * 2, "AVX-512: two 512-bit FMA units, 16 float32 lanes each"
     elif "fma" in flags and "avx2" in flags:
         per_cycle, why = 2 * 8 * 2, "two 256-bit FMA units, 8 float32 lanes each (AVX2/FMA3; Zen 4's AVX-512 too)"
     else:
