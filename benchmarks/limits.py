@@ -366,8 +366,8 @@ def measured_rates(threads: int) -> dict:
         for n in (256, 1024, 2048):
             a, f = jnp.ones((n, n)), jax.jit(lambda x: x @ x)
             f(a).block_until_ready()
-            seconds = Timer("f(a).block_until_ready()", globals={"f": f, "a": a},
-                            num_threads=threads).blocked_autorange(min_run_time=1).median
+            timer = Timer("f(a).block_until_ready()", globals={"f": f, "a": a}, num_threads=threads)
+            seconds = timer.blocked_autorange(min_run_time=1).median
             rates["matmul_xla"] = max(rates["matmul_xla"], 2 * n**3 / seconds)
     convs = torch.nn.Sequential(torch.nn.Conv2d(4, 32, 8, stride=4), torch.nn.ReLU(), torch.nn.Conv2d(32, 64, 4, stride=2),
                                 torch.nn.ReLU(), torch.nn.Conv2d(64, 64, 3, stride=1)).to(memory_format=torch.channels_last)
@@ -514,6 +514,54 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def exceeded(r: dict) -> bool:
+    """A run measured above its attainable reference: the reference is then not one (its pieces were timed
+    slower than they ran), and no percentage of it is given."""
+    return bool(r.get("reference_fps")) and max(r["fps"], r.get("speed_table_fps", 0)) > r["reference_fps"]
+
+
+def render(data: dict, speed: bool) -> str:
+    """results.md's text from results.json's data (`speed`: the rows carry the speed table's fps)."""
+    threads, peak, rates, envs, rows = (data[k] for k in ("threads", "peak", "measured_rates", "env_sps", "rows"))
+
+    def pct(fps, of):
+        return f"{100 * fps / of:.0f}%" if of else "n/a"
+
+    def of_reference(fps, r):
+        return "ran above it: no reference" if exceeded(r) else pct(fps, r["reference_fps"])
+
+    lines = [f"Threads: {threads} (the scripts' count; every timed arm ran with it).", "",
+             f"This CPU's float32 peak: {peak['cores']} cores x {peak['flops_per_cycle']} FLOPs per cycle "
+             f"({peak['per_cycle_why']}) x {peak['clock_hz'] / 1e9:.2f} GHz ({peak['clock_how']}) = "
+             f"{peak['flops'] / 1e9:.0f} GFLOP/s.", "",
+             f"Measured ({threads} threads, the best of a few shapes): matmul through torch {rates['matmul'] / 1e9:.0f} "
+             f"GFLOP/s ({pct(rates['matmul'], peak['flops'])} of the peak), through XLA {rates['matmul_xla'] / 1e9:.0f} "
+             f"GFLOP/s ({pct(rates['matmul_xla'], peak['flops'])}); the Nature CNN's convolutions, forward and "
+             f"backward, eager or compiled (the faster) {rates['conv'] / 1e9:.0f} GFLOP/s ({pct(rates['conv'], peak['flops'])}).",
+             "", "| pair | environment alone, best (steps/s) |", "|---|---|"]
+    lines += [f"| {pair} | {sps:.0f} |" for pair, sps in envs.items()]
+    fps_cols = "| fps (speed table) | % of hard bound | % of reference " if speed else ""
+    lines += ["", "| pair | mode | network FLOPs per step (counted on) | hard bound (fps) | attainable reference (fps) "
+              f"| fps (profiled run) | % of hard bound | % of reference {fps_cols}| "
+              + " | ".join(f"{c} (ms/step)" for c in CATEGORIES) + " | samples |",
+              "|---|---|---|---|---|---|---|---|" + ("---|---|---|" if speed else "") + "---|" * (len(CATEGORIES) + 1)]
+    for r in rows:
+        ms = [f"{r['fractions'][c] * 1e3 / r['fps']:.3f}" for c in CATEGORIES]  # the shares of the same run's step
+        ref = "n/a" if not r["reference_fps"] else "not one" if exceeded(r) else f"{r['reference_fps']:.0f}"
+        speed_cells = (f"| {r['speed_table_fps']:.0f} | {pct(r['speed_table_fps'], r['bound_fps'])} | "
+                       f"{of_reference(r['speed_table_fps'], r)} " if speed else "")
+        lines.append(f"| {r['pair']} | {r['mode']} | {r['flops_per_step'] / 1e6:.2f} M ({r['flops_counted_on']}) | "
+                     f"{r['bound_fps']:.0f} | {ref} | {r['fps']:.0f} | {pct(r['fps'], r['bound_fps'])} | "
+                     f"{of_reference(r['fps'], r)} {speed_cells}| " + " | ".join(ms) + f" | {r['samples']} |")
+    lines += ["", "Compiled pieces (best time per call, calls per environment step):", "",
+              "| pair | mode | piece | best (ms) | calls per step | ms per step |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        for name, p in r["pieces"].items():
+            lines.append(f"| {r['pair']} | {r['mode']} | `{name}` | {p['best_s'] * 1e3:.3f} | {p['calls_per_step']:.4f} | "
+                         f"{p['best_s'] * 1e3 * p['calls_per_step']:.3f} |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", default=",".join(TASKS))
@@ -526,7 +574,16 @@ def main():
                         help="a folder of sps.py results per pair (docs/speed): the percentages are also given for "
                              "its fps, measured without a profiler")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--rerender", type=Path, default=None, metavar="FOLDER",
+                        help="rewrite FOLDER/results.md from its results.json (same command and machine) and stop")
     opts = parser.parse_args()
+    if opts.rerender:
+        data = json.loads((opts.rerender / "results.json").read_text())
+        text = render(data, any("speed_table_fps" in r for r in data["rows"]))
+        (opts.rerender / "results.md").write_text(
+            f"Command: `{data['command']}`\n\nMachine: " + ", ".join(f"{k} {v}" for k, v in data["machine"].items())
+            + f"\n\n{text.strip()}\n")
+        return
     pairs, modes = opts.pairs.split(","), opts.modes.split(",")
     if bad := [p for p in pairs if p not in TASKS] + [m for m in modes if m not in MODES]:
         parser.error(f"unknown pair or mode {bad}; pairs: {list(TASKS)}, modes: {list(MODES)}")
@@ -565,40 +622,8 @@ def main():
                     raise SystemExit(f"limits: {pair} {mode} ran at {row[fps_key]:.0f} fps, above its hard bound "
                                      f"({row['bound_fps']:.0f}): the bound is wrong")
 
-    def pct(fps, of):
-        return f"{100 * fps / of:.0f}%" if of else "n/a"
-
-    lines = [f"Threads: {threads} (the scripts' count; every timed arm ran with it).", "",
-             f"This CPU's float32 peak: {peak['cores']} cores x {peak['flops_per_cycle']} FLOPs per cycle "
-             f"({peak['per_cycle_why']}) x {peak['clock_hz'] / 1e9:.2f} GHz ({peak['clock_how']}) = "
-             f"{peak['flops'] / 1e9:.0f} GFLOP/s.", "",
-             f"Measured ({threads} threads, the best of a few shapes): matmul through torch {rates['matmul'] / 1e9:.0f} "
-             f"GFLOP/s ({pct(rates['matmul'], peak['flops'])} of the peak), through XLA {rates['matmul_xla'] / 1e9:.0f} "
-             f"GFLOP/s ({pct(rates['matmul_xla'], peak['flops'])}); the Nature CNN's convolutions, forward and "
-             f"backward, eager or compiled (the faster) {rates['conv'] / 1e9:.0f} GFLOP/s ({pct(rates['conv'], peak['flops'])}).",
-             "", "| pair | environment alone, best (steps/s) |", "|---|---|"]
-    lines += [f"| {pair} | {sps:.0f} |" for pair, sps in envs.items()]
-    fps_cols = "| fps (speed table) | % of hard bound | % of reference " if opts.speed else ""
-    lines += ["", "| pair | mode | network FLOPs per step (counted on) | hard bound (fps) | attainable reference (fps) "
-              f"| fps (profiled run) | % of hard bound | % of reference {fps_cols}| "
-              + " | ".join(f"{c} (ms/step)" for c in CATEGORIES) + " | samples |",
-              "|---|---|---|---|---|---|---|---|" + ("---|---|---|" if opts.speed else "") + "---|" * (len(CATEGORIES) + 1)]
-    for r in rows:
-        ms = [f"{r['fractions'][c] * 1e3 / r['fps']:.3f}" for c in CATEGORIES]  # the shares of the same run's step
-        ref = f"{r['reference_fps']:.0f}" if r["reference_fps"] else "n/a"
-        speed = (f"| {r['speed_table_fps']:.0f} | {pct(r['speed_table_fps'], r['bound_fps'])} | "
-                 f"{pct(r['speed_table_fps'], r['reference_fps'])} " if opts.speed else "")
-        lines.append(f"| {r['pair']} | {r['mode']} | {r['flops_per_step'] / 1e6:.2f} M ({r['flops_counted_on']}) | "
-                     f"{r['bound_fps']:.0f} | {ref} | {r['fps']:.0f} | {pct(r['fps'], r['bound_fps'])} | "
-                     f"{pct(r['fps'], r['reference_fps'])} {speed}| " + " | ".join(ms) + f" | {r['samples']} |")
-    lines += ["", "Compiled pieces (best time per call, calls per environment step):", "",
-              "| pair | mode | piece | best (ms) | calls per step | ms per step |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        for name, p in r["pieces"].items():
-            lines.append(f"| {r['pair']} | {r['mode']} | `{name}` | {p['best_s'] * 1e3:.3f} | {p['calls_per_step']:.4f} | "
-                         f"{p['best_s'] * 1e3 * p['calls_per_step']:.3f} |")
-    write_results(opts.out, "\n".join(lines), {"threads": threads, "peak": peak, "measured_rates": rates,
-                                               "env_sps": envs, "rows": rows})
+    data = {"threads": threads, "peak": peak, "measured_rates": rates, "env_sps": envs, "rows": rows}
+    write_results(opts.out, render(data, bool(opts.speed)), data)
     if opts.out is not None and rows:
         plot(rows, opts.out / "split.png")
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import SCRIPT_DIR
 
-from benchmarks.limits import Main, classify
+from benchmarks.limits import CATEGORIES, Main, classify
 from leanrl_utils.scripts import PAIRS
 
 SCRIPTS = [name for eager in PAIRS.values() for name in (eager, f"{eager}_torchcompile", f"{eager}_jax")
@@ -94,3 +94,22 @@ def test_pieces_are_timed_per_kind_of_call(tmp_path):
     times = json.loads(out.read_text())
     assert {k: len(v) for k, v in times.items()} == {"step(twice=True)": 2, "step(twice=False)": 4}
     assert all(t > 0 for v in times.values() for t in v)
+
+
+def test_a_reference_that_a_run_beat_is_given_no_percentage():
+    """The attainable reference is a time the pieces can reach: a run measured above it shows it is not one,
+    and results.md then gives no percentage of it (the hard bound's percentage stays)."""
+    from benchmarks.limits import render
+
+    def row(fps):
+        return {"pair": "p", "mode": "compile", "fractions": dict.fromkeys(CATEGORIES, 0.1), "fps": fps, "samples": 9,
+                "flops_per_step": 1e6, "flops_counted_on": "s", "bound_fps": 1000.0, "reference_fps": 300.0,
+                "speed_table_fps": fps, "pieces": {}}
+    data = {"threads": 2, "peak": {"cores": 2, "flops_per_cycle": 64, "per_cycle_why": "w", "clock_hz": 4e9,
+                                   "clock_how": "h", "flops": 5.12e11},
+            "measured_rates": {"matmul": 1e11, "matmul_xla": 2e11, "conv": 1e11}, "env_sps": {"p": 5000.0}}
+    below = render(data | {"rows": [row(240.0)]}, speed=True)
+    assert "| 300 | 240 | 24% | 80% | 240 | 24% | 80% |" in below
+    above = render(data | {"rows": [row(330.0)]}, speed=True)
+    assert "| not one | 330 | 33% | ran above it: no reference | 330 | 33% | ran above it: no reference |" in above
+    assert "110%" not in above
