@@ -38,8 +38,10 @@ Two figures per pair and mode, beside the split:
   calls per environment step, plus the environment alone. This carries the per-call floor that FLOPs do
   not (continuous PPO and DQN do microseconds of math per step); what runs outside the compiled pieces
   (Python, copies, logging) is left out, so a mode can approach it but not the hard bound's margin.
-  Defined for --compile and the JAX twins.
-Writes results.md, results.json and split.png into --out.
+  Defined for --compile and the JAX twins. A run measured above its reference shows that the reference
+  is none (its pieces were timed slower than they ran): results.md then says so and gives no percentage.
+Writes results.md, results.json and split.png into --out; `--rerender FOLDER` rewrites a folder's
+results.md from its results.json.
 """
 
 import argparse
