@@ -210,6 +210,7 @@ def test_track_offline_holds_the_scalars(script, cached_run):
     offline = list((run.cwd / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(offline) == 1, "no offline wandb run was written"
     history = wandb_history(offline[0])
+    assert "charts/SPS" in run.scalars, f"the run logged no fps: {sorted(run.scalars)}"
     for tag, points in run.scalars.items():
         assert len(history.get(tag, [])) == len(points), f"{tag}: {len(points)} logged, {history.get(tag)} in wandb"
 
