@@ -93,7 +93,7 @@ cuda=$("$PYTHON" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev
 jax=$("$PYTHON" -c "import jax, flax, optax" >/dev/null 2>&1 && echo 1 || echo 0)
 mkdir -p "$out/logs" || die "cannot create '$out'"
 out=$(cd "$out" && pwd)
-"$PYTHON" -c "import json, sys; sys.path.insert(0, '.'); from benchmarks.report import describe_machine; \
+"$PYTHON" -c "import json, sys; sys.path.insert(0, '.'); from benchmarks.common import describe_machine; \
 json.dump(describe_machine(), open('$out/hardware.json', 'w'), indent=1)"
 echo "$command" > "$out/command.txt"
 if [ -n "$preset" ]; then

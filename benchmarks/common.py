@@ -2,7 +2,9 @@
 and timing helpers."""
 
 import json
+import platform
 import shlex
+import socket
 import sys
 import time
 from pathlib import Path
@@ -10,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from leanrl_utils.scripts import script as load_script  # noqa: F401  (one loader for evals, benchmarks, tests)
+from leanrl_utils.scripts import load_script  # noqa: F401  (one loader for evals, benchmarks, tests)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,6 +27,13 @@ def shell(module_cls, *args) -> torch.nn.Module:
     """A weightless shell of a script's network, built on "meta": it runs the weights put into it."""
     with torch.device("meta"):
         return module_cls(*args)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now, for a process group's rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def device_sync(device: str | torch.device):
@@ -103,6 +112,53 @@ def command_line() -> str:
     return "python " + shlex.join([name, *sys.argv[1:]])
 
 
+def describe_machine() -> dict:
+    """The machine a benchmark runs on: the CPU (with its family, model and widest vector instructions),
+    cores, GPU, and the versions of the packages that decide its speed."""
+    import importlib.metadata as md
+    import os
+
+    cpu, fields = platform.processor() or "unknown CPU", {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines():
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+    except OSError:
+        pass
+    if fields:
+        # the model name alone can hide the generation ("AMD EPYC"): family and model tell it, and the widest
+        # vector instructions tell what a compiler can use
+        flags = fields.get("flags", "").split()
+        simd = next((f for f in ("amx_tile", "avx512_bf16", "avx512f", "avx2") if f in flags), "none of AVX2/AVX-512")
+        cpu = f"{fields.get('model name', cpu)} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}, {simd})"
+    info = {"cpu": cpu, "cores": os.cpu_count(), "gpu": "none", "python": platform.python_version()}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    for package in ("torch", "tensordict", "gymnasium", "envpool", "mujoco", "jax", "flax", "optax"):
+        try:
+            info[package] = md.version(package)
+        except md.PackageNotFoundError:
+            info[package] = "not installed"
+    return info
+
+
+def provenance() -> tuple[dict, str]:
+    """The machine and the command: what every committed output is written under."""
+    return describe_machine(), command_line()
+
+
+def save(out: Path, markdown: str, data: dict, stem: str = "results") -> None:
+    """out/<stem>.md and out/<stem>.json, the folder made if needed."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.md").write_text(markdown)
+    (out / f"{stem}.json").write_text(json.dumps(data, indent=1))
+
+
 def write_results(out: Path | None, text: str, data: dict) -> None:
     """Print a benchmark's result (`text`, markdown); with `out`, also write it to out/results.md and `data`
     to out/results.json, each under the command that made them and the machine they ran on: the committed
@@ -110,10 +166,6 @@ def write_results(out: Path | None, text: str, data: dict) -> None:
     print(text)
     if out is None:
         return
-    from benchmarks.report import describe_machine
-
-    machine, command = describe_machine(), command_line()
-    out.mkdir(parents=True, exist_ok=True)
+    machine, command = provenance()
     header = f"Command: `{command}`\n\nMachine: " + ", ".join(f"{k} {v}" for k, v in machine.items())
-    (out / "results.md").write_text(f"{header}\n\n{text.strip()}\n")
-    (out / "results.json").write_text(json.dumps({"command": command, "machine": machine, **data}, indent=1))
+    save(out, f"{header}\n\n{text.strip()}\n", {"command": command, "machine": machine, **data})

@@ -37,10 +37,8 @@ reported "not measured" without it. Writes results.json, results.md and scope.pn
 
 import argparse
 import contextlib
-import json
 import math
 import os
-import socket
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -51,8 +49,7 @@ import torch.nn as nn
 from tensordict import from_modules
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import NoCompiling, built, device_sync, dynamo_counts, load_script, percentile, shell, time_calls  # noqa: E402
-from benchmarks.report import describe_machine  # noqa: E402
+from benchmarks.common import built, device_sync, dynamo_counts, free_port, load_script, NoCompiling, percentile, provenance, save, shell, time_calls  # noqa: E402
 
 WORKLOADS = ["sac_critic", "ppo_mlp", "ppo_atari"]
 QUESTIONS = ["scope", "amp", "device", "ddp"]
@@ -617,12 +614,6 @@ def loss_and_backward(module, *b):
     return loss.detach()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def question_ddp(workload, device, opts):
     """Each variant: 2 processes (ranks) of its own on loopback, started variant after variant, then the
     variants take turns (see measure). A row holds rank 0's check and times."""
@@ -734,11 +725,9 @@ def main():
         for w in workloads:
             print(f"{q}: {w}", file=sys.stderr)
             rows += globals()[f"question_{q}"](w, device, opts)
-    opts.out.mkdir(parents=True, exist_ok=True)
-    machine, command = describe_machine(), "python benchmarks/compile_scope.py " + " ".join(sys.argv[1:])
-    (opts.out / "results.json").write_text(json.dumps({"machine": machine, "command": command,
-                                                        "rows": [asdict(r) for r in rows]}, indent=1))
-    (opts.out / "results.md").write_text(markdown(rows, machine, command))
+    machine, command = provenance()
+    save(opts.out, markdown(rows, machine, command),
+         {"machine": machine, "command": command, "rows": [asdict(r) for r in rows]})
     plot(rows, opts.out / "scope.png")
     print(opts.out / "results.md")
 

@@ -34,7 +34,6 @@ Writes results.json (every row, the machine, the command), results.md and speedu
 
 import argparse
 import importlib.util
-import json
 import math
 import statistics
 import sys
@@ -47,8 +46,7 @@ from tensordict import from_module
 from tensordict.nn import CudaGraphModule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import NoCompiling, built, device_sync, dynamo_counts, interleaved, load_script, percentile, shell  # noqa: E402
-from benchmarks.report import describe_machine  # noqa: E402
+from benchmarks.common import built, device_sync, dynamo_counts, interleaved, load_script, NoCompiling, percentile, provenance, save, shell  # noqa: E402
 
 MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 POLICIES = ["atari", "ppo_mlp", "sac", "td3", "dqn", "dqn_module"]
@@ -365,13 +363,10 @@ def main() -> None:
             for dtype in dtypes:
                 print(f"{name}, batch {batch}, {dtype}", file=sys.stderr)
                 rows += run_config(name, batch, dtype, arms, device, opts)
-    opts.out.mkdir(parents=True, exist_ok=True)
-    machine = describe_machine()
-    command = "python benchmarks/inference.py " + " ".join(sys.argv[1:])
-    (opts.out / "results.json").write_text(json.dumps(
-        {"machine": machine, "command": command,
-         "rows": [{k: v for k, v in asdict(r).items() if k != "times"} for r in rows]}, indent=1))
-    (opts.out / "results.md").write_text(markdown(rows, machine, command))
+    machine, command = provenance()
+    save(opts.out, markdown(rows, machine, command),
+         {"machine": machine, "command": command,
+          "rows": [{k: v for k, v in asdict(r).items() if k != "times"} for r in rows]})
     plot(rows, opts.out / "speedup.png")
     print(opts.out / "results.md")
 

@@ -17,7 +17,6 @@ Then the three candidates for what bounds the scaling, each measured alone with 
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,17 +28,11 @@ import torch
 import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import load_script, write_results  # noqa: E402
+from benchmarks.common import free_port, load_script, write_results  # noqa: E402
 from leanrl_utils.events import read_scalars  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = {"eager": "ppo_atari_envpool_multigpu", "compile": "ppo_atari_envpool_multigpu_torchcompile"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(ranks: int, mode: str, opts) -> float:

@@ -36,7 +36,6 @@ finished (no `done` marker: still running, or stopped), which the table leaves o
 
 import argparse
 import json
-import platform
 import re
 import statistics
 import sys
@@ -46,6 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from leanrl_utils.events import RunLog, read_run  # noqa: E402
+from benchmarks.common import describe_machine  # noqa: E402
 from benchmarks.presets import PAIRS  # noqa: E402
 
 MODES = ["eager", "none", "compile", "cudagraphs", "compile+cudagraphs", "jax"]
@@ -146,39 +146,6 @@ def hardware(root: Path) -> dict:
         return json.loads(recorded.read_text())
     return describe_machine() | {"note": "no hardware.json in the folder: this describes the machine "
                                          "that built the report"}
-
-
-def describe_machine() -> dict:
-    import importlib.metadata as md
-    import os
-
-    cpu, fields = platform.processor() or "unknown CPU", {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines():
-            key, _, value = line.partition(":")
-            fields[key.strip()] = value.strip()
-    except OSError:
-        pass
-    if fields:
-        # the model name alone can hide the generation ("AMD EPYC"): family and model tell it, and the widest
-        # vector instructions tell what a compiler can use
-        flags = fields.get("flags", "").split()
-        simd = next((f for f in ("amx_tile", "avx512_bf16", "avx512f", "avx2") if f in flags), "none of AVX2/AVX-512")
-        cpu = f"{fields.get('model name', cpu)} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}, {simd})"
-    info = {"cpu": cpu, "cores": os.cpu_count(), "gpu": "none", "python": platform.python_version()}
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            info["gpu"] = torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
-    for package in ("torch", "tensordict", "gymnasium", "envpool", "mujoco", "jax", "flax", "optax"):
-        try:
-            info[package] = md.version(package)
-        except md.PackageNotFoundError:
-            info[package] = "not installed"
-    return info
 
 
 def fmt(x: float | None, digits: int = 1) -> str:

@@ -35,9 +35,7 @@ single-machine serving study, not a foundation for new distributed systems.
 
 import argparse
 import itertools
-import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -51,8 +49,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import built, load_script, shell  # noqa: E402
-from benchmarks.report import describe_machine  # noqa: E402
+from benchmarks.common import built, free_port, load_script, provenance, save, shell  # noqa: E402
 
 PERCENTILES = (50, 75, 90, 95)
 METRICS = ("agent latency (seconds)", "agent throughput", "observer latency (seconds)", "observer throughput")
@@ -282,12 +279,6 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_config(opts, config) -> dict:
     """Start the world for one configuration, wait for the coordinator's metrics, stop everyone."""
     world = config["world_size"]
@@ -425,14 +416,10 @@ def main():
     for config in configs:
         print(f"{config_name(config)} ...", file=sys.stderr)
         results.append(run_config(opts, config))
-    opts.out.mkdir(parents=True, exist_ok=True)
-    command = "python benchmarks/rpc_serving.py " + " ".join(sys.argv[1:])
-    machine = describe_machine()
+    machine, command = provenance()
     report = {"command": command, "machine": machine, "x_axis_name": "world_size", "policy": opts.policy_name,
               "observer_env": opts.observer_env, "episodes": opts.episodes, "steps": opts.steps, "benchmark_results": results}
-    (opts.out / "report.json").write_text(json.dumps(report, indent=1))
-    text = report_text(command, machine, results)
-    (opts.out / "report.md").write_text(text)
+    save(opts.out, report_text(command, machine, results), report, stem="report")
     plot(results, opts.out / "metrics.png")
     print(printed(results))
 

@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from leanrl_utils.scripts import PAIRS, script
+from leanrl_utils.scripts import PAIRS, load_script
 
 EVAL_EPSILON = 0.05  # DQN plays ε-greedy with a small ε, as CleanRL's evaluation does
 
@@ -27,29 +27,26 @@ def load_policy(model_path: str, device: str | torch.device = "cpu"):
     return _load(torch.load(model_path, map_location=device, weights_only=True), device)
 
 
+# per algorithm: the environment its policy is built for (from the run's saved args), the eager script's
+# class of that policy, and the policy's key in the checkpoint
+POLICIES = {
+    "sac": (lambda m, a: m.make_env(a["env_id"], seed=0), "Actor", "actor"),
+    "td3": (lambda m, a: m.make_env(a["env_id"], seed=0), "Actor", "actor"),
+    "dqn": (lambda m, a: m.make_env(a["env_id"], seed=0), "QNetwork", "q_network"),
+    "ppo_continuous": (lambda m, a: m.make_envs(m.Args(env_id=a["env_id"], gamma=a["gamma"]), "", num_envs=1),
+                       "Agent", "agent"),
+    "dqn_atari": (lambda m, a: m.make_envs(m.Args(env_id=a["env_id"])), "QNetwork", "q_network"),
+    "ppo_atari": (lambda m, a: m.make_envs(m.Args(env_id=a["env_id"]), num_envs=1), "Agent", "agent"),
+}
+
+
 def _load(checkpoint: dict, device):
     algo, saved = checkpoint["algo"], checkpoint["args"]
-    module = script(PAIRS[algo])
-    if algo in ("sac", "td3"):
-        env = module.make_env(saved["env_id"], seed=0)
-        policy = module.Actor(env)
-        policy.load_state_dict(checkpoint["actor"])
-    elif algo == "dqn":
-        env = module.make_env(saved["env_id"], seed=0)
-        policy = module.QNetwork(env)
-        policy.load_state_dict(checkpoint["q_network"])
-    elif algo == "ppo_continuous":
-        env = module.make_envs(module.Args(env_id=saved["env_id"], gamma=saved["gamma"]), "", num_envs=1)
-        policy = module.Agent(env)
-        policy.load_state_dict(checkpoint["agent"])
-    elif algo == "dqn_atari":
-        env = module.make_envs(module.Args(env_id=saved["env_id"]))
-        policy = module.QNetwork(env)
-        policy.load_state_dict(checkpoint["q_network"])
-    else:  # ppo_atari
-        env = module.make_envs(module.Args(env_id=saved["env_id"]), num_envs=1)
-        policy = module.Agent(env)
-        policy.load_state_dict(checkpoint["agent"])
+    module = load_script(PAIRS[algo])
+    make_env, cls, key = POLICIES[algo]
+    env = make_env(module, saved)
+    policy = getattr(module, cls)(env)
+    policy.load_state_dict(checkpoint[key])
     env.close()
     return policy.to(device).eval(), saved, checkpoint.get("obs_rms")
 
@@ -74,7 +71,7 @@ def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: st
     checkpoint = torch.load(model_path, map_location=device, weights_only=True)
     policy, saved, obs_rms = _load(checkpoint, device)
     algo = checkpoint["algo"]
-    module = script(PAIRS[algo])
+    module = load_script(PAIRS[algo])
     returns = []
     with torch.no_grad():
         if algo in ("sac", "td3", "dqn"):

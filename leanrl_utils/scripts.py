@@ -16,7 +16,7 @@ PAIRS = {"sac": "sac_continuous_action", "td3": "td3_continuous_action", "ppo_co
          "ppo_atari": "ppo_atari_envpool", "dqn": "dqn", "dqn_atari": "dqn_atari_envpool"}
 
 
-def script(name: str):
+def load_script(name: str):
     """A script of leanrl/ as a module, built once per process (its training loop runs only under
     __main__). It is registered in sys.modules before it runs: compiled code looks its globals up there."""
     if name not in sys.modules:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from leanrl_utils.events import read_scalars  # noqa: E402
-from leanrl_utils.scripts import SCRIPT_DIR, script as load_script  # noqa: E402, F401  (load_script: for the tests)
+from leanrl_utils.scripts import SCRIPT_DIR, load_script  # noqa: E402, F401  (load_script: for the tests)
 
 REPO = SCRIPT_DIR.parent
 # The CPU suite runs on the CPU on every machine, a GPU machine included: its checks (the --cudagraphs
@@ -223,6 +223,22 @@ MODES = [(), ("--compile",), ("--cudagraphs",), ("--compile", "--cudagraphs")]
 CUDAGRAPHS_WARNING = "--cudagraphs needs a CUDA device"
 PPO_LOSSES = ["losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl",
               "losses/approx_kl", "losses/clipfrac", "losses/explained_variance", "charts/learning_rate"]
+
+
+def learns_and_plays_back(script_args, learn_args, *, cwd: Path, threshold: float, last: int = 5,
+                          from_step: int | None = None, eval_threshold: float | None = None) -> Run:
+    """A learning check: the run (saving its model, playing it back for 5 episodes) averages above
+    `threshold` over its last `last` episodes, or over every episode from `from_step` on; and its saved
+    policy, played back, averages above `eval_threshold` (`threshold` unless given): a policy saved or
+    loaded wrong scores as a random one."""
+    run = run_script(*script_args, *learn_args, "--save-model", "--eval-episodes", "5", cwd=cwd).check()
+    returns = run.scalars["charts/episodic_return"]
+    trained = [v for s, v in returns if s >= from_step] if from_step is not None else [v for _, v in returns][-last:]
+    assert trained and sum(trained) / len(trained) > threshold, f"training's last episodes: {trained}"
+    evaluated = run.values("eval/episodic_return")
+    bar = threshold if eval_threshold is None else eval_threshold
+    assert len(evaluated) == 5 and sum(evaluated) / 5 > bar, f"evaluation: {evaluated}, training: {trained}"
+    return run
 
 
 def flag_configs(eager: str, fast: str) -> list[tuple[str, ...]]:

@@ -6,7 +6,7 @@ import envpool
 import numpy as np
 import pytest
 import torch
-from helpers import assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, load_script, run_script
+from helpers import assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, learns_and_plays_back, load_script, run_script
 
 EAGER, FAST = "dqn", "dqn_torchcompile"
 # 1000 updates' worth of CartPole: 100 updates from step 500 (one every 10 steps), losses logged at
@@ -62,12 +62,10 @@ EVAL_THRESHOLD = 50
 @pytest.mark.slow
 @pytest.mark.parametrize("config", [(EAGER,), (FAST, "--compile")], ids=" ".join)
 def test_learns_cartpole(config, tmp_path):
-    run = run_script(*config, *LEARN, "--save-model", "--eval-episodes", "5", cwd=tmp_path).check()
-    late = [v for s, v in run.scalars["charts/episodic_return"] if s >= 25000]
-    assert np.mean(late) > THRESHOLD, f"episodes of the last 5000 steps: {late}"
-    # the saved network, played back ε-greedily (ε = 0.05), balances the pole too
-    evaluated = run.values("eval/episodic_return")
-    assert len(evaluated) == 5 and np.mean(evaluated) > EVAL_THRESHOLD, f"evaluation: {evaluated}"
+    # the episodes of the last 5000 steps; the saved network, played back ε-greedily (ε = 0.05), balances
+    # the pole too
+    learns_and_plays_back(config, LEARN, cwd=tmp_path, threshold=THRESHOLD, from_step=25000,
+                          eval_threshold=EVAL_THRESHOLD)
 
 
 ATARI_EAGER, ATARI_FAST = "dqn_atari_envpool", "dqn_atari_envpool_torchcompile"

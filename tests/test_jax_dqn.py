@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import tyro
-from helpers import Run, assert_identical_logs, check_flag_run, load_script, run_script, with_flag
+from helpers import assert_identical_logs, check_flag_run, learns_and_plays_back, load_script, Run, run_script, with_flag
 
 jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra (requirements/requirements-jax.txt)")
 import jax.numpy as jnp  # noqa: E402
@@ -52,12 +52,9 @@ def test_same_seed_same_numbers(twin, cached_run, tmp_path):
 @pytest.mark.slow
 def test_learns_cartpole(tmp_path):
     """test_dqn's learning test, run on the twin: the same budget, thresholds and evaluation."""
-    run = run_script("dqn_jax", *LEARN, "--save-model", "--eval-episodes", "5", cwd=tmp_path).check()
-    late = [v for s, v in run.scalars["charts/episodic_return"] if s >= 25000]
-    assert np.mean(late) > THRESHOLD, f"episodes of the last 5000 steps: {late}"
-    # the saved network (a torch checkpoint converted from the flax params), played back by evals.py
-    evaluated = run.values("eval/episodic_return")
-    assert len(evaluated) == 5 and np.mean(evaluated) > EVAL_THRESHOLD, f"evaluation: {evaluated}"
+    # the saved network is a torch checkpoint converted from the flax params, played back by evals.py
+    learns_and_plays_back(("dqn_jax",), LEARN, cwd=tmp_path, threshold=THRESHOLD, from_step=25000,
+                          eval_threshold=EVAL_THRESHOLD)
 
 
 # The cross-framework check. The eager script's main() runs in this process up to its first update, with

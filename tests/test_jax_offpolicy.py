@@ -9,7 +9,7 @@ import torch
 
 jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra (requirements/requirements-jax.txt)")
 import jax.numpy as jnp  # noqa: E402
-from helpers import assert_identical_logs, check_flag_run, load_script, run_script  # noqa: E402
+from helpers import assert_identical_logs, check_flag_run, learns_and_plays_back, load_script, run_script  # noqa: E402
 from test_offpolicy import LEARN, TAGS, SHORT, THRESHOLD, eager  # noqa: E402  (the PyTorch pair's runs)
 
 
@@ -37,13 +37,9 @@ def test_same_seed_same_numbers(pair, cached_run, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("pair", TAGS)
 def test_learns_pendulum(pair, tmp_path):
-    run = run_script(twin(pair), *LEARN[pair], "--save-model", "--eval-episodes", "5", cwd=tmp_path).check()
-    last = run.values("charts/episodic_return")[-5:]
-    assert sum(last) / len(last) > THRESHOLD, f"last episodes: {last}"
     # the checkpoint, converted to the eager script's state_dicts and played back by leanrl_utils/evals.py,
     # swings the pendulum up as the trained policy did (a policy loaded wrong scores as a random one)
-    evaluated = run.values("eval/episodic_return")
-    assert len(evaluated) == 5 and sum(evaluated) / 5 > THRESHOLD, f"evaluation: {evaluated}, training: {last}"
+    run = learns_and_plays_back((twin(pair),), LEARN[pair], cwd=tmp_path, threshold=THRESHOLD)
     # the eager script's checkpoint layout: the same keys, and the state_dicts of its own networks
     # (test_contract compares a pair's two checkpoints; here the eager script's networks stand for its run)
     checkpoint = torch.load(next(run.run_dir.glob("*.pt")), weights_only=True)

@@ -16,7 +16,7 @@ import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 import torch  # noqa: E402
 import tyro  # noqa: E402
-from helpers import PPO_LOSSES, assert_identical_logs, check_flag_run, load_script, run_script  # noqa: E402
+from helpers import assert_identical_logs, check_flag_run, learns_and_plays_back, load_script, PPO_LOSSES, run_script  # noqa: E402
 # the pairs' own definitions, so that the twins are held to the same data and thresholds
 from test_ppo_atari import EXPECTED as ATARI_TRACE_EXPECTED  # noqa: E402
 from test_ppo_atari import SHORT as ATARI_SHORT  # noqa: E402
@@ -364,8 +364,4 @@ def test_xla_rollout_steps_envpool_as_host_stepping_does():
 def test_continuous_learns_inverted_pendulum(tmp_path):
     """The eager pair's learning test (same budget and threshold), and its check of the saved policy:
     loaded into the eager Agent with the frozen training normalization, it holds the pole."""
-    run = run_script(CONTINUOUS_JAX, *LEARN, "--save-model", "--eval-episodes", "5", cwd=tmp_path).check()
-    last = run.values("charts/episodic_return")[-5:]
-    assert sum(last) / len(last) > THRESHOLD, f"last episodes: {last}"
-    evaluated = run.values("eval/episodic_return")
-    assert len(evaluated) == 5 and sum(evaluated) / 5 > THRESHOLD, f"evaluation: {evaluated}, training: {last}"
+    learns_and_plays_back((CONTINUOUS_JAX,), LEARN, cwd=tmp_path, threshold=THRESHOLD)

@@ -9,7 +9,6 @@ On a machine with two GPUs or more (`pytest -m gpu`), the same over NCCL, one ra
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ import pytest
 import torch
 from helpers import ENV, GPU_ENV, MODES, SCRIPT_DIR, Run, RunCache, assert_close_logs, cuda_device_count, load_script, \
     with_flag
+
+from benchmarks.common import free_port  # helpers puts the repository root on the path
 
 EAGER, FAST = "ppo_atari_envpool_multigpu", "ppo_atari_envpool_multigpu_torchcompile"
 # 2 ranks x 2 envs x 32 steps per iteration, 3 iterations, 2 epochs of 2 minibatches: 12 updates
@@ -115,12 +116,6 @@ register_optimizer_step_post_hook(after_step)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torchrun(script, *args, cwd, nproc=2, probe=True, timeout=TIMEOUT, env=ENV) -> Run:

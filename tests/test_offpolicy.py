@@ -5,7 +5,7 @@ and both scripts of each pair learn Pendulum."""
 import gymnasium as gym
 import pytest
 import torch
-from helpers import assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, load_script, run_script
+from helpers import assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, learns_and_plays_back, load_script, run_script
 
 # 400 updates on Pendulum: losses logged at steps 300, 400, 500; three episodes of 200 steps
 SHORT = ("--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-starts", "200", "--seed", "3")
@@ -77,13 +77,9 @@ THRESHOLD = -400
 @pytest.mark.parametrize("pair,config", [(p, c) for p in TAGS for c in [(eager(p),), (fast(p), "--compile")]],
                          ids=lambda x: " ".join(x) if isinstance(x, tuple) else x)
 def test_learns_pendulum(pair, config, tmp_path):
-    run = run_script(*config, *LEARN[pair], "--save-model", "--eval-episodes", "5", cwd=tmp_path).check()
-    last = run.values("charts/episodic_return")[-5:]
-    assert sum(last) / len(last) > THRESHOLD, f"last episodes: {last}"
     # the saved policy, played back (SAC: its mean action; TD3: with its exploration noise), swings the
     # pendulum up as the trained one did (a policy loaded wrong scores as a random one, about -1256)
-    evaluated = run.values("eval/episodic_return")
-    assert len(evaluated) == 5 and sum(evaluated) / 5 > THRESHOLD, f"evaluation: {evaluated}, training: {last}"
+    learns_and_plays_back(config, LEARN[pair], cwd=tmp_path, threshold=THRESHOLD)
 
 
 # InvertedPendulum-v4 terminates when the pole leans more than 0.2 rad (observation 1) and, registered

@@ -5,8 +5,8 @@ a direct computation, episodes are logged once each, and both scripts learn Inve
 import numpy as np
 import pytest
 import torch
-from helpers import (PPO_LOSSES, assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, load_script,
-                     run_script)
+from helpers import (PPO_LOSSES, assert_close_logs, assert_identical_logs, check_flag_run, flag_configs,
+                     learns_and_plays_back, load_script, run_script)
 from leanrl_utils import evals  # helpers puts the repository root on the path
 
 EAGER, FAST = "ppo_continuous_action", "ppo_continuous_action_torchcompile"
@@ -116,13 +116,9 @@ THRESHOLD = 500
 @pytest.mark.slow
 @pytest.mark.parametrize("config", [(EAGER,), (FAST, "--compile")], ids=" ".join)
 def test_learns_inverted_pendulum(config, tmp_path):
-    run = run_script(*config, *LEARN, "--save-model", "--eval-episodes", "5", cwd=tmp_path).check()
-    last = run.values("charts/episodic_return")[-5:]
-    assert sum(last) / len(last) > THRESHOLD, f"last episodes: {last}"
     # the saved policy, played back with its mean action and the frozen training normalization, holds
     # the pole as the trained one did (a policy loaded wrong balances for a few steps, as a random one)
-    evaluated = run.values("eval/episodic_return")
-    assert len(evaluated) == 5 and sum(evaluated) / 5 > THRESHOLD, f"evaluation: {evaluated}, training: {last}"
+    learns_and_plays_back(config, LEARN, cwd=tmp_path, threshold=THRESHOLD)
 
 
 def test_evaluation_freezes_the_observation_normalization():
