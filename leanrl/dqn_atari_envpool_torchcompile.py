@@ -190,6 +190,7 @@ class ReplayBuffer:
     head), or when the write head has overwritten a frame its stack needs."""
 
     def __init__(self, size: int, frame_shape: tuple, device: torch.device, seed: int):
+        # the frames on the training device: a batch's stacks are a gather there; the bookkeeping stays here
         self.frames = torch.zeros((size, *frame_shape), dtype=torch.uint8, device=device)
         self.back = torch.zeros(size, dtype=torch.long)  # earlier frames of the same game in the stack, up to 3
         self.actions, self.rewards = torch.zeros(size, dtype=torch.long), torch.zeros(size)
@@ -223,9 +224,12 @@ class ReplayBuffer:
     def stacks(self, slots):
         """The stacks of 4 frames of the observations in `slots`, as envpool returned them."""
         offsets = torch.minimum(torch.arange(3, -1, -1), self.back[slots, None])
+        # the indices are worked out on the host, where the bookkeeping is; the gather runs on the device
         return self.frames[((slots[:, None] - offsets) % self.size).to(self.device, non_blocking=True)]
 
     def sample(self, batch_size: int) -> TensorDict:
+        # a TensorDict, not a namespace: one .to() moves its small tensors, and a compiled or graphed update
+        # takes it as an input of tensors
         # uniform over the slots that hold transitions: the first `batch_size` valid ones among 4x as many
         # uniform draws (the buffer's invalid slots are a few percent: too few valid is all but impossible)
         candidates = torch.randint(0, self.size if self.full else self.pos, (4 * batch_size,), generator=self.generator)
@@ -246,6 +250,7 @@ def main(args: Args) -> None:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    # CUDA graphs exist on CUDA devices only: elsewhere --cudagraphs is ignored, with a warning
     graphs = args.cudagraphs and device.type == "cuda"
     if args.cudagraphs and not graphs:
         print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
@@ -323,6 +328,7 @@ def main(args: Args) -> None:
     writer = make_writer(args, run_name, started)
     # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
     speed = Speed(writer, start_step=args.learning_starts + 1, warmup_steps=args.measure_after * args.train_frequency)
+    # out: the last update's losses, left on the device and read only at logging intervals
     episodic_return, out = float("nan"), None
 
     # TRY NOT TO MODIFY: start the game
@@ -358,6 +364,7 @@ def main(args: Args) -> None:
         if global_step > args.learning_starts:
             speed.tick(global_step)
             if global_step % args.train_frequency == 0:
+                # the whole update in one call: the loss, its gradients and the optimizer step (update above)
                 out = update(rb.sample(args.batch_size))
 
                 if global_step % 100 == 0:
@@ -370,7 +377,7 @@ def main(args: Args) -> None:
 
             # update target network
             if global_step % args.target_network_frequency == 0:
-                update_target()
+                update_target()  # one fused lerp_ (above)
 
     if args.save_model:
         # serves --save-model only: imported here, from the repository root, so this file alone still trains

@@ -160,6 +160,7 @@ class ReplayBuffer:
     on the host and reach the device in one copy when a batch is drawn, not five small copies per step."""
 
     def __init__(self, size: int, obs_dim: int, device: torch.device, seed: int, stage: int = 64):
+        # `stage`: how many transitions wait on the host before one copy (a batch drawn copies them sooner)
         # the batches are drawn from a generator of their own: exploring does not shift them
         self.generator = torch.Generator().manual_seed(seed)
         self.obs_dim, self.size, self.pos, self.full, self.n_staged, self.device = obs_dim, size, 0, False, 0, device
@@ -168,6 +169,7 @@ class ReplayBuffer:
         self.staged_np = self.staged.numpy()  # writing a row there is cheap
 
     def add(self, obs, next_obs, action, reward, done):
+        # written into a staged host row; a full stage reaches the device in one copy (flush)
         row = self.staged_np[self.n_staged]
         row[: self.obs_dim], row[self.obs_dim: 2 * self.obs_dim], row[-3:] = obs, next_obs, (action, reward, done)
         self.n_staged += 1
@@ -204,6 +206,7 @@ def main(args: Args) -> None:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    # CUDA graphs exist on CUDA devices only: elsewhere --cudagraphs is ignored, with a warning
     graphs = args.cudagraphs and device.type == "cuda"
     if args.cudagraphs and not graphs:
         print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
@@ -275,6 +278,7 @@ def main(args: Args) -> None:
     writer = make_writer(args, run_name, started)
     # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
     speed = Speed(writer, start_step=args.learning_starts + 1, warmup_steps=args.measure_after * args.train_frequency)
+    # out: the last update's losses, left on the device and read only at logging intervals
     episodic_return, out = float("nan"), None
 
     # TRY NOT TO MODIFY: start the game
@@ -313,6 +317,7 @@ def main(args: Args) -> None:
         if global_step > args.learning_starts:
             speed.tick(global_step)
             if global_step % args.train_frequency == 0:
+                # the whole update in one call: the loss, its gradients and the optimizer step (update above)
                 out = update(rb.sample(args.batch_size))
 
                 if global_step % 100 == 0:
@@ -325,7 +330,7 @@ def main(args: Args) -> None:
 
             # update target network
             if global_step % args.target_network_frequency == 0:
-                update_target()
+                update_target()  # one fused lerp_ (above)
 
     if args.save_model:
         # serves --save-model only: imported here, from the repository root, so this file alone still trains

@@ -31,7 +31,6 @@ import time
 from dataclasses import asdict, dataclass
 
 import envpool
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn

@@ -29,7 +29,6 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import envpool
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.distributed as dist

@@ -46,7 +46,6 @@ import warnings
 from dataclasses import asdict, dataclass, field
 
 import envpool
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -272,6 +271,7 @@ def main(args: Args) -> None:
     if args.world_size > 1:
         backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.dist_timeout))
+    # CUDA graphs exist on CUDA devices only: elsewhere --cudagraphs is ignored, with a warning
     graphs = args.cudagraphs and device.type == "cuda"
     if args.cudagraphs and not graphs and rank == 0:
         print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
@@ -453,6 +453,7 @@ def main(args: Args) -> None:
 
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
+            # straight into the preallocated rollout on the device: one copy, no CPU tensor in between
             rollout["rewards"][step] = torch.as_tensor(reward, device=device)
             next_done = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
             next_obs = torch.as_tensor(next_obs, device=device)
@@ -461,21 +462,22 @@ def main(args: Args) -> None:
             pbar.update(args.num_envs * args.world_size)
 
         # bootstrap value if not done
+        # the chunked reverse scan (gae above), its results kept in the rollout
         rollout["advantages"], rollout["returns"] = gae(
             rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done
         )
 
         # flatten the batch
-        batch = rollout.reshape(-1)
+        batch = rollout.reshape(-1)  # every tensor of the rollout at once: a minibatch is one index of it
 
         # Optimizing the policy and value network
-        stats = []
+        stats = []  # each minibatch's statistics, left on the device until logging (no .item() here)
         for epoch in range(args.update_epochs):
             # a torch permutation (CleanRL shuffles with numpy): the eager and optimized scripts draw the same one
             b_inds = torch.randperm(args.local_batch_size, device=device)
             for start in range(0, args.local_batch_size, args.minibatch_size):
                 end = start + args.minibatch_size
-                stats.append(update(batch[b_inds[start:end]]))
+                stats.append(update(batch[b_inds[start:end]]))  # the whole minibatch update, one call
 
             # every rank takes the same decision, on the ranks' mean: a rank that stopped alone would leave
             # the others waiting in their next all-reduce (a host sync, opt-in)
@@ -505,6 +507,7 @@ def main(args: Args) -> None:
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
+        # the learning rate is a tensor (annealed in place): read here, at logging, only
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
         writer.add_scalar("losses/value_loss", last["value_loss"].item(), global_step)
         writer.add_scalar("losses/policy_loss", last["policy_loss"].item(), global_step)

@@ -283,6 +283,7 @@ def main(args: Args) -> None:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    # CUDA graphs exist on CUDA devices only: elsewhere --cudagraphs is ignored, with a warning
     graphs = args.cudagraphs and device.type == "cuda"
     if args.cudagraphs and not graphs:
         print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
@@ -438,10 +439,10 @@ def main(args: Args) -> None:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.lr.copy_(frac * args.learning_rate)  # in place: no recompilation
 
-        step_index.zero_()
+        step_index.zero_()  # the row `act` writes next: a device counter, so the compiled step takes no int
         for step in range(0, args.num_steps):
             global_step += args.num_envs
-            dones_host[step] = next_done
+            dones_host[step] = next_done  # staged on the host, copied to the device once per iteration
 
             # ALGO LOGIC: action logic (the step's writes into the rollout are in `act`)
             action = act(next_obs)
@@ -474,12 +475,13 @@ def main(args: Args) -> None:
         rollout["returns"].copy_(returns)
 
         # Optimizing the policy and value network
-        stats = []
+        stats = []  # each minibatch's statistics, left on the device until logging (no .item() here)
         for epoch in range(args.update_epochs):
             # a torch permutation (CleanRL shuffles with numpy): the eager and optimized scripts draw the same one
             b_inds = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 end = start + args.minibatch_size
+                # the whole minibatch update in one call, from its indices (it gathers its minibatch itself)
                 stats.append(update(b_inds[start:end]))
 
             if args.target_kl is not None and stats[-1]["approx_kl"] > args.target_kl:  # a host sync, opt-in
@@ -492,6 +494,7 @@ def main(args: Args) -> None:
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
+        # the learning rate is a tensor (annealed in place): read here, at logging, only
         writer.add_scalar("charts/learning_rate", optimizer.lr.item(), global_step)
         writer.add_scalar("losses/value_loss", last["value_loss"].item(), global_step)
         writer.add_scalar("losses/policy_loss", last["policy_loss"].item(), global_step)

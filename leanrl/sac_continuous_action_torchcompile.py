@@ -202,6 +202,7 @@ class ReplayBuffer:
         self.ends = np.cumsum(self.widths)
 
     def add(self, obs, next_obs, action, reward, done):
+        # written into a staged host row; a full stage reaches the device in one copy (flush)
         row = self.staged_np[self.n_staged]
         for value, start, end in zip((obs, next_obs, action, reward, done), self.ends - self.widths, self.ends):
             row[start:end] = value
@@ -281,6 +282,7 @@ def main(args: Args) -> None:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    # CUDA graphs exist on CUDA devices only: elsewhere --cudagraphs is ignored, with a warning
     graphs = args.cudagraphs and device.type == "cuda"
     if args.cudagraphs and not graphs:
         print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
@@ -317,7 +319,7 @@ def main(args: Args) -> None:
     if args.autotune:
         target_entropy = -torch.prod(torch.Tensor(env.action_space.shape).to(device)).item()
         log_alpha = torch.zeros(1, requires_grad=True, device=device)
-        a_optimizer = Adam([log_alpha], lr=args.q_lr)
+        a_optimizer = Adam([log_alpha], lr=args.q_lr)  # the written-out Adam: part of the compiled update
     else:
         log_alpha = torch.as_tensor(args.alpha, device=device).log()  # alpha stays a tensor: no sync to read it
 
@@ -404,6 +406,8 @@ def main(args: Args) -> None:
     writer = make_writer(args, run_name, started)
     # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
     speed = Speed(writer, start_step=args.learning_starts + 1, warmup_steps=args.measure_after)
+    # the last updates' outputs, without and with the delayed actor step: left on the device and read
+    # only at logging intervals
     episodic_return, out_main, out_pol = float("nan"), None, None
 
     # TRY NOT TO MODIFY: start the game
@@ -414,6 +418,7 @@ def main(args: Args) -> None:
         if global_step < args.learning_starts:
             action = env.action_space.sample()
         else:
+            # the acting step on the detached weights (compiled or graphed with the flags)
             action, _, _ = policy(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])
             action = action[0].cpu().numpy()
 
@@ -438,6 +443,7 @@ def main(args: Args) -> None:
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
             speed.tick(global_step)
+            # only the batch's indices here: the update gathers the batch itself, inside its program
             idx = rb.sample_indices(args.batch_size)
             policy_step = global_step % args.policy_frequency == 0
             out = updates[policy_step, global_step % args.target_network_frequency == 0](idx)

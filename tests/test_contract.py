@@ -274,3 +274,68 @@ def test_networks_are_built_on_the_cpu_and_moved(script, monkeypatch, tmp_path):
     assert real, "no layer was built"
     assert not [name for name, explicit in real if explicit], f"layers built on a given device: {real}"
     assert {device for _, _, device in built} <= {"cpu", "meta"}, built
+
+
+# Hunks of a pair's diff that carry no comment and need none, each with its reason (keep it short).
+UNCOMMENTED_HUNKS: dict[tuple[str, str], str] = {
+    ("ppo_atari_envpool_torchcompile", "return self.critic(self.network(self.frames(x)))"):
+        "calls frames() just above, whose comment says why",
+    ("ppo_atari_envpool_multigpu_torchcompile", "return self.critic(self.network(self.frames(x)))"):
+        "calls frames() just above, whose comment says why",
+    ("ppo_atari_envpool_torchcompile", "obs[step] = next_obs"):
+        "the rollout's writes move into the one loop after the acting step, commented there",
+    ("ppo_atari_envpool_multigpu_torchcompile", "obs[step] = next_obs"):
+        "the rollout's writes move into the one loop after the acting step, commented there",
+    ("dqn_torchcompile", "# optimize the model"): "the optimizer step moves into update(), commented there",
+    ("dqn_atari_envpool_torchcompile", "# optimize the model"): "as in dqn_torchcompile",
+}
+
+
+def unexplained_hunks(eager: str, optimized: str) -> list[str]:
+    """The hunks of `diff eager.py optimized.py` (no context) that say nothing about why they are there. A hunk
+    is explained by a comment on one of its new lines or in the paragraph just above it in the optimized file
+    (the non-blank lines up to the blank one before; a comment the eager script has too explains nothing), or
+    by being prose (the module docstring, which lists the optimizations), comments only, or imports only (they
+    follow from the code that uses them)."""
+    import difflib
+
+    from helpers import SCRIPT_DIR
+
+    old = (SCRIPT_DIR / f"{eager}.py").read_text().splitlines()
+    new = (SCRIPT_DIR / f"{optimized}.py").read_text().splitlines()
+
+    def docstring_end(lines):  # the line after the module docstring
+        quotes = [i for i, line in enumerate(lines) if '"""' in line]
+        return quotes[1] + 1 if quotes[0] == 0 and len(quotes) > 1 else 0
+
+    def commented(line):
+        return "#" in line or '"""' in line
+
+    def is_import(line):
+        return not line.strip() or re.match(r"\s*(import \w|from [\w.]+ import )", line) is not None
+
+    found, eager_lines = [], set(old)
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "equal" or (i2 <= docstring_end(old) and j2 <= docstring_end(new)):
+            continue
+        changed = old[i1:i2] + new[j1:j2]
+        if all(is_import(line) for line in changed) or all(line.strip()[:1] in ("", "#") for line in changed):
+            continue
+        above, k = [], j1 - 1
+        while k >= 0 and new[k].strip():
+            above.append(new[k])
+            k -= 1
+        # a comment above explains the change only if the eager script does not have it too
+        if any(commented(line) for line in new[j1:j2]) or any(commented(l) and l not in eager_lines for l in above):
+            continue
+        first = (new[j1:j2] or old[i1:i2])[0].strip()
+        if (optimized, first) not in UNCOMMENTED_HUNKS:
+            found.append(f"{optimized}.py:{j1 + 1} ({tag}) {first}")
+    return found
+
+
+@pytest.mark.parametrize("eager", [s for s in CHECKED if f"{s}_torchcompile" in CHECKED])
+def test_every_hunk_of_a_pair_s_diff_says_why(eager):
+    """`diff -u X.py X_torchcompile.py` reads as a lesson (the contract): every changed piece of the optimized
+    script has its comment, or is one of the few listed above with the reason it needs none."""
+    assert unexplained_hunks(eager, f"{eager}_torchcompile") == []
