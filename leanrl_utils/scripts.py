@@ -1,9 +1,9 @@
 """The scripts of leanrl/: their folder, the pairs, and one loader, shared by evals.py, the benchmarks and
 the tests (the scripts themselves import nothing from here).
 
-A pair is an algorithm's family of scripts: its eager script (the reference), the optimized twin
-(`<eager>_torchcompile`) and the JAX twin (`<eager>_jax`). A checkpoint saved with `--save-model` names its
-pair ("algo"), whose eager script's classes rebuild the policy.
+A pair is an algorithm's eager script (the reference) and its optimized twin (`<eager>_torchcompile`); its
+family is the pair with its JAX twin (`<eager>_jax`), as CONTRIBUTING.md defines them. A checkpoint saved with
+`--save-model` names its family ("algo"), whose eager script's classes rebuild the policy.
 """
 
 import importlib.util
