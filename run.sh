@@ -8,8 +8,8 @@ cd "$(dirname "$0")"
 
 PYTHON=${PYTHON:-python}
 die() { echo "run.sh: error: $*" >&2; exit 2; }
-# PAIRS and EAGER (pair -> eager script) from benchmarks/presets.py, which the report shares
-pairs_decl=$("$PYTHON" benchmarks/presets.py pairs) || die "cannot run '$PYTHON' (install the requirements first, see README)"
+# PAIRS and EAGER (pair -> eager script) from leanrl_utils/presets.py, which the report shares
+pairs_decl=$("$PYTHON" -m leanrl_utils.presets pairs) || die "cannot run '$PYTHON' (install the requirements first, see README)"
 eval "$pairs_decl"
 # --quick: a few thousand steps, small env counts; enough for every mode to log its fps
 declare -A QUICK=(
@@ -39,7 +39,7 @@ options:
   --steps N        --total-timesteps of every run (default: each script's own default)
   --out DIR        output folder (default: results)
   --quick          a few thousand steps per run, small env counts: checks the whole pipeline
-  --preset NAME    a preset of benchmarks/presets.json: its pairs, tasks, step budgets and modes
+  --preset NAME    a preset of leanrl_utils/presets.json: its pairs, tasks, step budgets and modes
                    (cpu: learning curves on a 2-core CPU, eager against --compile, about 3.2 hours;
                    halfcheetah_1m: PPO on HalfCheetah-v4 at CleanRL's 1M steps, eager against
                    --compile, 70 minutes as one lane per seed side by side, see the README)
@@ -67,7 +67,7 @@ done
 declare -A PRESET_ARGS=()
 if [ -n "$preset" ]; then
   [ $quick = 0 ] || die "--preset and --quick do not go together"
-  preset_decl=$("$PYTHON" benchmarks/presets.py preset "$preset" 2>&1) || { echo "$preset_decl" >&2; exit 2; }
+  preset_decl=$("$PYTHON" -m leanrl_utils.presets preset "$preset" 2>&1) || { echo "$preset_decl" >&2; exit 2; }
   eval "$preset_decl"
   MODES=("${PRESET_MODES[@]}")
   [ ${#scripts[@]} -gt 0 ] || scripts=("${PRESET_PAIRS[@]}")
@@ -93,11 +93,11 @@ cuda=$("$PYTHON" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev
 jax=$("$PYTHON" -c "import jax, flax, optax" >/dev/null 2>&1 && echo 1 || echo 0)
 mkdir -p "$out/logs" || die "cannot create '$out'"
 out=$(cd "$out" && pwd)
-"$PYTHON" -c "import json, sys; sys.path.insert(0, '.'); from benchmarks.common import describe_machine; \
+"$PYTHON" -c "import json; from leanrl_utils.machine import describe_machine; \
 json.dump(describe_machine(), open('$out/hardware.json', 'w'), indent=1)"
 echo "$command" > "$out/command.txt"
 if [ -n "$preset" ]; then
-  "$PYTHON" -c "import json, sys; sys.path.insert(0, '.'); from benchmarks.presets import load; \
+  "$PYTHON" -c "import json; from leanrl_utils.presets import load; \
 json.dump(load('$preset'), open('$out/preset.json', 'w'), indent=1)"
 fi
 
@@ -153,7 +153,7 @@ for pair in "${pairs[@]}"; do
 done
 
 echo "== $done_runs runs done, $skipped already complete, $failed failed"
-"$PYTHON" benchmarks/report.py "$out" || exit 1
+"$PYTHON" -m leanrl_utils.report "$out" || exit 1
 [ $failed = 0 ]
 exit
 }

@@ -2,7 +2,6 @@
 and timing helpers."""
 
 import json
-import platform
 import shlex
 import socket
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from leanrl_utils.machine import describe_machine
 from leanrl_utils.scripts import load_script  # noqa: F401  (one loader for evals, benchmarks, tests)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,45 +106,12 @@ class NoCompiling:
 
 
 def command_line() -> str:
-    """The command that is running, as it would be typed from the repository root."""
+    """The command that is running, as it would be typed from the repository root: a module of the repository
+    (a benchmark) as `python -m benchmarks.X`."""
     script = Path(sys.argv[0]).resolve()
-    name = str(script.relative_to(REPO)) if script.is_relative_to(REPO) else sys.argv[0]
-    return "python " + shlex.join([name, *sys.argv[1:]])
-
-
-def describe_machine() -> dict:
-    """The machine a benchmark runs on: the CPU (with its family, model and widest vector instructions),
-    cores, GPU, and the versions of the packages that decide its speed."""
-    import importlib.metadata as md
-    import os
-
-    cpu, fields = platform.processor() or "unknown CPU", {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines():
-            key, _, value = line.partition(":")
-            fields[key.strip()] = value.strip()
-    except OSError:
-        pass
-    if fields:
-        # the model name alone can hide the generation ("AMD EPYC"): family and model tell it, and the widest
-        # vector instructions tell what a compiler can use
-        flags = fields.get("flags", "").split()
-        simd = next((f for f in ("amx_tile", "avx512_bf16", "avx512f", "avx2") if f in flags), "none of AVX2/AVX-512")
-        cpu = f"{fields.get('model name', cpu)} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}, {simd})"
-    info = {"cpu": cpu, "cores": os.cpu_count(), "gpu": "none", "python": platform.python_version()}
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            info["gpu"] = torch.cuda.get_device_name(0)
-    except ImportError:
-        pass
-    for package in ("torch", "tensordict", "gymnasium", "envpool", "mujoco", "jax", "flax", "optax"):
-        try:
-            info[package] = md.version(package)
-        except md.PackageNotFoundError:
-            info[package] = "not installed"
-    return info
+    if script.is_relative_to(REPO) and script.suffix == ".py":
+        return "python " + shlex.join(["-m", ".".join(script.relative_to(REPO).with_suffix("").parts), *sys.argv[1:]])
+    return "python " + shlex.join(sys.argv)
 
 
 def provenance() -> tuple[dict, str]:

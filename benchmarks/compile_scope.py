@@ -1,7 +1,7 @@
 """Where to put torch.compile: a measured answer to the scope questions, on the scripts' own networks.
 
-    python benchmarks/compile_scope.py --out results/compile_scope          # every question, every workload
-    python benchmarks/compile_scope.py --questions scope --workloads ppo_mlp --rounds 3
+    python -m benchmarks.compile_scope --out results/compile_scope          # every question, every workload
+    python -m benchmarks.compile_scope --questions scope --workloads ppo_mlp --rounds 3
 
 Workloads, built from the optimized scripts' classes, with the losses those scripts compute (written
 here again: they are closures inside the scripts' main functions):
@@ -48,8 +48,7 @@ import torch
 import torch.nn as nn
 from tensordict import from_modules
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import built, device_sync, dynamo_counts, free_port, load_script, NoCompiling, percentile, provenance, save, shell, time_calls  # noqa: E402
+from benchmarks.common import built, device_sync, dynamo_counts, free_port, load_script, NoCompiling, percentile, provenance, save, shell, time_calls
 
 WORKLOADS = ["sac_critic", "ppo_mlp", "ppo_atari"]
 QUESTIONS = ["scope", "amp", "device", "ddp"]

@@ -1,7 +1,7 @@
 """Policy inference: eager against torch.compile's backends and modes and CUDA graphs, per batch size and dtype.
 
-    python benchmarks/inference.py --out docs/inference                 # the full sweep on this machine
-    python benchmarks/inference.py --policies sac,td3 --batch-sizes 1,64 --arms eager,inductor
+    python -m benchmarks.inference --out docs/inference                 # the full sweep on this machine
+    python -m benchmarks.inference --policies sac,td3 --batch-sizes 1,64 --arms eager,inductor
 
 Times the acting step of each script's policy, built from the script's own classes as the optimized
 scripts build them (a detached copy of the weights run by a "meta" shell):
@@ -45,8 +45,7 @@ import torch
 from tensordict import from_module
 from tensordict.nn import CudaGraphModule
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import built, device_sync, dynamo_counts, interleaved, load_script, NoCompiling, percentile, provenance, save, shell  # noqa: E402
+from benchmarks.common import built, device_sync, dynamo_counts, interleaved, load_script, NoCompiling, percentile, provenance, save, shell
 
 MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 POLICIES = ["atari", "ppo_mlp", "sac", "td3", "dqn", "dqn_module"]

@@ -1,7 +1,7 @@
 """Where each step's time goes, and how far each pair is from what this machine can do.
 
-    python benchmarks/limits.py --out docs/limits                      # every pair: eager, --compile, JAX
-    python benchmarks/limits.py --pairs sac,dqn --modes eager,compile --seconds 10
+    python -m benchmarks.limits --out docs/limits                      # every pair: eager, --compile, JAX
+    python -m benchmarks.limits --pairs sac,dqn --modes eager,compile --seconds 10
 
 The split: each script runs as a user runs it (the speed table's task and flags), and once its warm-up is
 over (its progress bar shows fps, which it does from the first `charts/SPS` on), py-spy samples it from
@@ -64,9 +64,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import REPO, load_script, write_results  # noqa: E402
-from benchmarks.presets import PAIRS  # noqa: E402
+from benchmarks.common import REPO, load_script, write_results
+from leanrl_utils.scripts import PAIRS
 
 # the speed table's task and flags per pair (benchmarks/speed.sh runs the same)
 TASKS = {

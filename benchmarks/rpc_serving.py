@@ -1,7 +1,7 @@
 """Serving one policy to many actors over torch.distributed.rpc: batched or not, eager or compiled.
 
-    python benchmarks/rpc_serving.py --world-size 4,8,16 --batch true,false --policy mlp --compile false,true
-    python benchmarks/rpc_serving.py --policy dummy --world-size 10,20      # the shape of PyTorch's benchmark
+    python -m benchmarks.rpc_serving --world-size 4,8,16 --batch true,false --policy mlp --compile false,true
+    python -m benchmarks.rpc_serving --policy dummy --world-size 10,20      # the shape of PyTorch's benchmark
 
 The shape of PyTorch's RL benchmark for torch.distributed.rpc (benchmarks/distributed/rpc/rl in its
 repository): on 127.0.0.1, rank 0 is the coordinator, rank 1 the agent that holds the policy, ranks 2 to
@@ -48,8 +48,7 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import built, free_port, load_script, provenance, save, shell  # noqa: E402
+from benchmarks.common import built, free_port, load_script, provenance, save, shell
 
 PERCENTILES = (50, 75, 90, 95)
 METRICS = ("agent latency (seconds)", "agent throughput", "observer latency (seconds)", "observer throughput")

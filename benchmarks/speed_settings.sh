@@ -21,8 +21,8 @@ mapfile -t sac < <(settings sac_continuous_action_torchcompile)
 mapfile -t td3 < <(settings td3_continuous_action_torchcompile)
 mapfile -t ppo < <(settings ppo_continuous_action_torchcompile)
 mapfile -t atari < <(settings ppo_atari_envpool_torchcompile)
-want sac && python benchmarks/sps.py --rounds 3 --steps 8000 --env-id HalfCheetah-v4 --args="--learning-starts 5000 --measure-after 50" --out "$out/sac" "${sac[@]}"
-want td3 && python benchmarks/sps.py --rounds 3 --steps 8000 --env-id HalfCheetah-v4 --args="--learning-starts 5000 --measure-after 50" --out "$out/td3" "${td3[@]}"
-want ppo_continuous && python benchmarks/sps.py --rounds 3 --steps 20480 --env-id HalfCheetah-v4 --out "$out/ppo_continuous" "${ppo[@]}"
-want ppo_atari && python benchmarks/sps.py --rounds 3 --steps 8192 --env-id Breakout-v5 --out "$out/ppo_atari" "${atari[@]}"
+want sac && python -m benchmarks.sps --rounds 3 --steps 8000 --env-id HalfCheetah-v4 --args="--learning-starts 5000 --measure-after 50" --out "$out/sac" "${sac[@]}"
+want td3 && python -m benchmarks.sps --rounds 3 --steps 8000 --env-id HalfCheetah-v4 --args="--learning-starts 5000 --measure-after 50" --out "$out/td3" "${td3[@]}"
+want ppo_continuous && python -m benchmarks.sps --rounds 3 --steps 20480 --env-id HalfCheetah-v4 --out "$out/ppo_continuous" "${ppo[@]}"
+want ppo_atari && python -m benchmarks.sps --rounds 3 --steps 8192 --env-id Breakout-v5 --out "$out/ppo_atari" "${atari[@]}"
 true

@@ -11,7 +11,7 @@ overlap, a tie when they do), median warm-up. With --out, the table and every ru
 also written there (results.md, results.json); --rerender FOLDER rewrites a folder's results.md
 from its results.json (its recorded command and machine kept).
 
-    python benchmarks/sps.py --rounds 3 --steps 7000 --args="--learning-starts 5000" \
+    python -m benchmarks.sps --rounds 3 --steps 7000 --args="--learning-starts 5000" \
         sac_continuous_action sac_continuous_action_torchcompile \
         "sac_continuous_action_torchcompile --compile"
 
@@ -33,9 +33,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-from benchmarks.common import write_results  # noqa: E402
-from leanrl_utils.events import read_scalars  # noqa: E402
+from benchmarks.common import write_results
+from leanrl_utils.events import read_scalars
 
 
 def run_once(config: str, common: list[str], steps: int, env_id: str | None, workdir: Path) -> dict:

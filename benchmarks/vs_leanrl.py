@@ -1,9 +1,9 @@
 """This project's best mode against LeanRL's modes that run, interleaved rounds, same task and step budget.
 
-    python benchmarks/vs_leanrl.py --leanrl PATH [--pydeps PATH] --pairs sac,ppo_continuous --rounds 3 --out DIR
+    python -m benchmarks.vs_leanrl --leanrl PATH [--pydeps PATH] --pairs sac,ppo_continuous --rounds 3 --out DIR
 
 PATH is a LeanRL checkout (github.com/pytorch-labs/LeanRL), kept outside this repository, with the few
-local fixes it needs to run on gymnasium 1.x, envpool 1.x and tensordict 0.15 (docs/leanrl.md lists
+local fixes it needs to run on gymnasium 1.x, envpool 1.x and tensordict 0.15 (docs/vs_leanrl.md lists
 them); `--pydeps` is a folder put on its PYTHONPATH for what it imports and this project does not install
 (torchrl, stable-baselines3). LeanRL logs only to Weights & Biases: its runs go offline and their `speed`
 values are read back from the run file. How LeanRL times a run differs per script: most log the fps
@@ -26,9 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import write_results  # noqa: E402
-from benchmarks.sps import run_once  # noqa: E402
+from benchmarks.common import write_results
+from benchmarks.sps import run_once
 
 # pair: (our best mode, our flags, total steps, [(name, LeanRL script, its flags, S0 or None, from-step or None)])
 PAIRS = {

@@ -8,7 +8,7 @@ import sys
 
 from helpers import ENV, REPO
 
-from benchmarks import parts
+from benchmarks import optimizations_parts as parts
 from benchmarks.compile_scope import DDP_VARIANTS
 
 
@@ -27,7 +27,7 @@ def test_sps_benchmark(tmp_path):
     """Two configurations, two rounds: the table's fps is the median of what the runs logged, its ratio the
     median of the rounds' ratios (each round's fps over the first configuration's in the same round), and
     every run's logged fps and warm-up are in results.json."""
-    out = bench("benchmarks/sps.py", "--rounds", "2", "--steps", "256", "--env-id", "Pendulum-v1",
+    out = bench("-m", "benchmarks.sps", "--rounds", "2", "--steps", "256", "--env-id", "Pendulum-v1",
                 "--args=--num-steps 64 --num-minibatches 2 --update-epochs 1", "--out", str(tmp_path),
                 "ppo_continuous_action", "OMP_NUM_THREADS=1 ppo_continuous_action_torchcompile")
     rows = table_rows(out)  # a configuration may start with NAME=value words: its run's environment
@@ -40,11 +40,11 @@ def test_sps_benchmark(tmp_path):
     assert rows[2][3] == f"{statistics.median([f / e for f, e in zip(fast, eager)]):.2f}x"
     assert rows[2][4] == ", ".join(f"{f / e:.2f}" for f, e in zip(fast, eager))
     assert rows[1][5] == "first" and rows[2][5] in ("faster", "tie", "slower")
-    assert (tmp_path / "results.md").read_text().startswith("Command: `python benchmarks/sps.py --rounds 2")
+    assert (tmp_path / "results.md").read_text().startswith("Command: `python -m benchmarks.sps --rounds 2")
 
 
 def test_envpool_async_benchmark(tmp_path):
-    out = bench("benchmarks/envpool_async.py", "--steps", "32", "--rounds", "2", "--num-envs", "2", "--out", str(tmp_path))
+    out = bench("-m", "benchmarks.optimizations_envpool_async", "--steps", "32", "--rounds", "2", "--num-envs", "2", "--out", str(tmp_path))
     rows = table_rows(out)
     assert [r[0] for r in rows[1:]] == ["sync (step all, then act)", "async (two halves)"]
     fps = json.loads((tmp_path / "results.json").read_text())["fps"]
@@ -57,7 +57,7 @@ def test_inference_benchmark(tmp_path):
     """One tiny configuration per policy: eager, inductor, and a backend that does not exist. Every row
     has its fields; inductor's outputs equal eager's (same seed; on the CPU compiled code draws eager's
     random numbers); the failing arm is a row with its error, and the sweep goes on."""
-    bench("benchmarks/inference.py", "--batch-sizes", "2", "--dtypes", "float32", "--arms", "eager,inductor default,no_such_backend",
+    bench("-m", "benchmarks.inference", "--batch-sizes", "2", "--dtypes", "float32", "--arms", "eager,inductor default,no_such_backend",
           "--extra-backends", "no_such_backend", "--rounds", "1", "--min-calls", "3", "--round-time", "0.01",
           "--out", str(tmp_path), timeout=1200)
     result = json.loads((tmp_path / "results.json").read_text())
@@ -87,7 +87,7 @@ def test_compile_scope_benchmark(tmp_path):
     graph of its own at its first call (a variant handed another's graph, as when all ran in one process,
     compiles none), and none compiled while it was timed (the benchmark stops if one does); the DDP
     question's processes end by themselves within their timeout."""
-    bench("benchmarks/compile_scope.py", "--workloads", "sac_critic", "--batch", "4", "--backend", "aot_eager",
+    bench("-m", "benchmarks.compile_scope", "--workloads", "sac_critic", "--batch", "4", "--backend", "aot_eager",
           "--rounds", "2", "--min-calls", "4", "--round-time", "0.01", "--variant-timeout", "300", "--out", str(tmp_path),
           timeout=900)
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
@@ -110,7 +110,7 @@ def test_compile_scope_benchmark(tmp_path):
 def test_parts_benchmark(tmp_path):
     """Every piece's variants are timed, and each row of the table is what its raw times in results.json
     say: the median per call, the min-max, the median over the first variant's median."""
-    out = bench("benchmarks/parts.py", "--rounds", "2", "--round-time", "0.01", "--frames", "4", "--out", str(tmp_path))
+    out = bench("-m", "benchmarks.optimizations_parts", "--rounds", "2", "--round-time", "0.01", "--frames", "4", "--out", str(tmp_path))
     raw = json.loads((tmp_path / "results.json").read_text())["seconds per call"]
     names = [list(v) for v in raw.values()]  # the default thread count is the test process's (ENV may set it)
     assert names[0] == ["eager", "compiled"] and names[2] == ["contiguous (NCHW)", "channels-last (the script)"]
@@ -128,10 +128,10 @@ def test_parts_benchmark(tmp_path):
     assert table_rows((tmp_path / "results.md").read_text()) == expected
 
 
-def test_multigpu_scaling_benchmark(tmp_path):
+def test_torchrun_benchmark(tmp_path):
     """One rank and two (torchrun on loopback, tiny runs), then the pieces measured in 1 and 2 spawned
     processes: the scaling efficiency of 2 ranks is their median fps over twice the median of 1 rank."""
-    out = bench("benchmarks/multigpu_scaling.py", "--ranks", "1,2", "--modes", "eager", "--iterations", "2",
+    out = bench("-m", "benchmarks.torchrun", "--ranks", "1,2", "--modes", "eager", "--iterations", "2",
                 "--rounds", "1", "--num-envs", "2", "--num-steps", "16", "--env-steps", "16", "--out", str(tmp_path),
                 timeout=600)
     rows = table_rows(out)
@@ -143,8 +143,8 @@ def test_multigpu_scaling_benchmark(tmp_path):
     assert set(pieces) == {"1", "2"} and all(float(v) > 0 for v in pieces["2"][1:])
 
 
-def test_dqn_buffer_memory_benchmark():
-    rows = table_rows(bench("benchmarks/dqn_buffer_memory.py", "--size", "20000"))
+def test_dqn_atari_buffer_benchmark():
+    rows = table_rows(bench("-m", "benchmarks.dqn_atari_buffer", "--size", "20000"))
     assert rows[1][:3] == ["dqn_atari_envpool", "20000", "7081"], rows
     assert float(rows[1][4].split()[0]) >= 0.9 * float(rows[1][3].split()[0]) > 0  # the pages were written
 
@@ -157,3 +157,19 @@ def test_sps_verdict_follows_the_tie_rule():
     assert verdict([1.0, 1.2], [2.0, 3.0]) == "slower"
     assert verdict([1.0, 2.5], [2.0, 3.0]) == "tie" and verdict([2.0, 2.1], [1.0, 3.0]) == "tie"
     assert verdict([2.0, 3.0], [1.0, 2.0]) == "tie"  # touching ranges are not apart
+
+
+def test_one_name_per_study():
+    """A study X is benchmarks/X.py (or X.sh, or X_<part>.py for a study in parts), its outputs in docs/X/ and
+    its page docs/X.md: every page has its folder and every folder its page (but the two pages that measure
+    nothing, and learning, which run.sh writes), and every benchmark belongs to a page (but the shared ones)."""
+    docs = REPO / "docs"
+    pages = {p.stem for p in docs.glob("*.md")}
+    folders = {p.name for p in docs.iterdir() if p.is_dir()}
+    assert folders - pages == set(), "an output folder with no page of its name"
+    assert pages - folders == {"gpu", "quoted"}, "a page with no output folder of its name"
+    shared = {"__init__", "common", "sps"}
+    studies = {p.stem for p in (REPO / "benchmarks").glob("*.py")} | {p.stem for p in (REPO / "benchmarks").glob("*.sh")}
+    orphans = {s for s in studies - shared if s not in pages and not any(s.startswith(f"{p}_") for p in pages)}
+    assert orphans == set(), "a benchmark whose name is no page's"
+    assert all(any(s == p or s.startswith(f"{p}_") for s in studies) for p in pages - {"gpu", "quoted", "learning"})

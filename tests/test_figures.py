@@ -44,6 +44,14 @@ def mutated(figure: str, rng: random.Random) -> str:
     return f"{value + 10 ** -decimals:.{decimals}f}" + match.group(4)
 
 
+
+@pytest.mark.parametrize("page", [*F.PAGES, F.REPO / "docs" / "quoted.md", F.REPO / "CONTRIBUTING.md"],
+                         ids=lambda p: p.name)
+def test_every_link_of_a_page_leads_to_a_file(page):
+    """A renamed study or a moved output folder leaves no page pointing at nothing."""
+    missing = [t for t in F.LINK.findall(page.read_text()) if "://" not in t and not (page.parent / t).exists()]
+    assert missing == []
+
 def test_a_mutated_figure_is_caught():
     """Every published figure, changed as a slip of the pen would (seeded): at least 99% must fail the check;
     those that escape are named."""

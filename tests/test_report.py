@@ -1,4 +1,4 @@
-"""run.sh and the report builder (benchmarks/report.py)."""
+"""run.sh and the report builder (leanrl_utils/report.py)."""
 
 import importlib.util
 import json
@@ -10,8 +10,8 @@ import pytest
 from helpers import ENV, REPO, load_script
 from torch.utils.tensorboard import SummaryWriter
 
-from benchmarks import report
-from benchmarks.presets import read as read_presets
+from leanrl_utils import report
+from leanrl_utils.presets import read as read_presets
 
 
 def fake_run(root, exp_name, seed, sps=(), returns=(), warmup=None, compile=False, cudagraphs=False,
@@ -68,7 +68,7 @@ def test_time_to_threshold_and_wall_clock_count_from_the_run_s_start(tmp_path):
     3 x 20 = 2160), logged at t0 + 170 s; the last log (fps) is at t0 + 210 s. A run that logged its start
     (`charts/start`) 30 s before t0, as a compiling one would, counts from there: 200 and 240 s; a run without
     the marker (older runs) counts from its first log, the warm-up at t0 + 5 s: 165 and 205 s."""
-    from benchmarks.presets import load
+    from leanrl_utils.presets import load
 
     (tmp_path / "preset.json").write_text(json.dumps(load("cpu")))
     returns = [20.0] * 10 + [300.0] * 10
@@ -117,7 +117,7 @@ def test_partial_failed_and_foreign_runs_are_reported(tmp_path, monkeypatch):
 def test_empty_folder_gives_a_clear_message(tmp_path):
     with pytest.raises(SystemExit, match="no runs found"):
         report.build(tmp_path, tmp_path)
-    proc = subprocess.run(["python", "benchmarks/report.py", str(tmp_path)], cwd=REPO, env=ENV,
+    proc = subprocess.run(["python", "-m", "leanrl_utils.report", str(tmp_path)], cwd=REPO, env=ENV,
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "no runs found" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -183,7 +183,7 @@ def test_every_preset_parses(name):
 
     import tyro
 
-    from benchmarks.presets import PAIRS, load
+    from leanrl_utils.presets import PAIRS, load
 
     preset = load(name)
     assert preset["description"]
@@ -201,7 +201,7 @@ def test_report_with_the_preset_flags_runs_that_did_not_learn(tmp_path):
     """Synthetic DQN runs under the cpu preset (threshold 200, last 10 episodes): two seeds of each mode
     end above the threshold, one eager seed below it; the table says so, with the time the others took
     to reach it, and the headline plot is the return against wall-clock time."""
-    from benchmarks.presets import load
+    from leanrl_utils.presets import load
 
     (tmp_path / "preset.json").write_text(json.dumps(load("cpu")))
     (tmp_path / "command.txt").write_text("bash run.sh --preset cpu --scripts dqn\n")

@@ -13,7 +13,7 @@ from benchmarks import rpc_serving
 
 
 def serve(*args, timeout=600):
-    cmd = [sys.executable, "benchmarks/rpc_serving.py", *args]
+    cmd = [sys.executable, "-m", "benchmarks.rpc_serving", *args]
     return subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 

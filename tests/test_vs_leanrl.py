@@ -31,6 +31,6 @@ print("ok", len(rows), Path(glob.glob({str(tmp_path)!r} + "/wandb/offline-run-*/
 
 
 def test_not_a_leanrl_checkout_is_refused(tmp_path):
-    proc = subprocess.run([sys.executable, "benchmarks/vs_leanrl.py", "--leanrl", str(tmp_path)], cwd=REPO, env=ENV,
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.vs_leanrl", "--leanrl", str(tmp_path)], cwd=REPO, env=ENV,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "not a LeanRL checkout" in proc.stderr.strip().splitlines()[-1], proc.stderr

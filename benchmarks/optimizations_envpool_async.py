@@ -6,12 +6,11 @@ others still simulate, so the policy's forward pass for one half can overlap the
 half's emulation. This measures the rollout alone (the optimized script's agent and acting
 step, random weights, no update), both ways, in alternating rounds:
 
-    python benchmarks/envpool_async.py --env-id Breakout-v5 --num-envs 8 --steps 2048 --rounds 5
+    python -m benchmarks.optimizations_envpool_async --env-id Breakout-v5 --num-envs 8 --steps 2048 --rounds 5
 """
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -19,8 +18,7 @@ import envpool
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import load_script, write_results  # noqa: E402
+from benchmarks.common import load_script, write_results
 
 ATARI = load_script("ppo_atari_envpool_torchcompile")
 

@@ -2,7 +2,7 @@
 compile-scope study (benchmarks/compile_scope.py: where to compile an update, AMP, DDP) and the
 inference benchmark (benchmarks/inference.py: the acting steps) measure:
 
-    python benchmarks/parts.py --rounds 15
+    python -m benchmarks.optimizations_parts --rounds 15
 
 - writing a `bool` mask of a vmapped critic layer (2 x 256 x 256), eager and compiled: why the scripts
   set `recompute_views` (a compiled backward that saved such masks would write them slowly);
@@ -17,13 +17,11 @@ min-max over the calls.
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import NoCompiling, interleaved, load_script, write_results  # noqa: E402
+from benchmarks.common import NoCompiling, interleaved, load_script, write_results
 
 BATCH = 256
 

@@ -1,7 +1,7 @@
-"""The script pairs of run.sh and its presets (benchmarks/presets.json), for run.sh and the report.
+"""The script pairs of run.sh and its presets (leanrl_utils/presets.json), for run.sh and the report.
 
-    python benchmarks/presets.py pairs          # bash declarations of the pairs, for run.sh
-    python benchmarks/presets.py preset cpu     # bash declarations of a preset, for run.sh
+    python -m leanrl_utils.presets pairs          # bash declarations of the pairs, for run.sh
+    python -m leanrl_utils.presets preset cpu     # bash declarations of a preset, for run.sh
 """
 
 import json
@@ -9,8 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from leanrl_utils.scripts import PAIRS  # noqa: E402  (pair -> its eager script)
+from leanrl_utils.scripts import PAIRS  # pair -> its eager script
 
 PRESETS = Path(__file__).with_name("presets.json")
 MODES = ["eager", "none", "compile", "cudagraphs", "compile+cudagraphs", "jax"]

@@ -1,7 +1,7 @@
 """Turn a folder of runs into a report: a markdown table per algorithm and PNG plots.
 
-    python benchmarks/report.py results/            # what `bash run.sh` calls at its end
-    python benchmarks/report.py runs/ --out report/  # any folder holding runs/… event files
+    python -m leanrl_utils.report results/            # what `bash run.sh` calls at its end
+    python -m leanrl_utils.report runs/ --out report/  # any folder holding runs/… event files
 
 Every TensorBoard run folder found under the given folder counts (a folder holding
 `events.out.tfevents.*` files). A run's algorithm and mode come from the
@@ -38,15 +38,13 @@ import argparse
 import json
 import re
 import statistics
-import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from leanrl_utils.events import RunLog, read_run  # noqa: E402
-from benchmarks.common import describe_machine  # noqa: E402
-from benchmarks.presets import PAIRS  # noqa: E402
+from leanrl_utils.events import RunLog, read_run
+from leanrl_utils.machine import describe_machine
+from leanrl_utils.presets import PAIRS
 
 MODES = ["eager", "none", "compile", "cudagraphs", "compile+cudagraphs", "jax"]
 MODE_LABELS = {

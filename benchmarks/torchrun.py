@@ -1,7 +1,7 @@
 """How PPO Atari scales over processes (torchrun), and what bounds it.
 
-    python benchmarks/multigpu_scaling.py --ranks 1,2 --rounds 3            # the README's CPU figures
-    python benchmarks/multigpu_scaling.py --ranks 1,2,4 --modes eager,compile  # on a GPU: ranks share it
+    python -m benchmarks.torchrun --ranks 1,2 --rounds 3            # the README's CPU figures
+    python -m benchmarks.torchrun --ranks 1,2,4 --modes eager,compile  # on a GPU: ranks share it
 
 For each number of ranks and each mode (the eager multi-process script, the optimized one with
 --compile), the script runs under torchrun on loopback with `--num-envs` envs per rank, and its
@@ -27,9 +27,8 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import free_port, load_script, write_results  # noqa: E402
-from leanrl_utils.events import read_scalars  # noqa: E402
+from benchmarks.common import free_port, load_script, write_results
+from leanrl_utils.events import read_scalars
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = {"eager": "ppo_atari_envpool_multigpu", "compile": "ppo_atari_envpool_multigpu_torchcompile"}
@@ -47,7 +46,7 @@ def run(ranks: int, mode: str, opts) -> float:
         proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=opts.timeout,
                               env={**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // ranks))})
         if proc.returncode != 0:
-            raise SystemExit(f"multigpu_scaling: {ranks} ranks, {mode}: failed:\n{proc.stderr[-2000:]}")
+            raise SystemExit(f"torchrun: {ranks} ranks, {mode}: failed:\n{proc.stderr[-2000:]}")
         return read_scalars(next(Path(tmp).glob("runs/*")))["charts/SPS"][-1][1]
 
 

@@ -1,28 +1,26 @@
 """The memory of DQN Atari's replay buffer at its default size, measured: the process's resident memory
 before and after a buffer of the script's own class is built and every byte of it written.
 
-    python benchmarks/dqn_buffer_memory.py                     # the default 1M slots (about 7 GB)
-    python benchmarks/dqn_buffer_memory.py --size 100000 --script dqn_atari_envpool_torchcompile
+    python -m benchmarks.dqn_atari_buffer                     # the default 1M slots (about 7 GB)
+    python -m benchmarks.dqn_atari_buffer --size 100000 --script dqn_atari_envpool_torchcompile
 
 Its tensors are allocated untouched (the pages come as the buffer fills); writing them all shows
 what a full buffer holds, as after the first 1M steps of a run.
 """
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import load_script, write_results  # noqa: E402
+from benchmarks.common import load_script, write_results
 
 
 def rss_bytes() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
-    raise SystemExit("dqn_buffer_memory: needs Linux (/proc/self/status)")
+    raise SystemExit("dqn_atari_buffer: needs Linux (/proc/self/status)")
 
 
 def main():
