@@ -15,11 +15,9 @@ Ours is `charts/SPS`, as benchmarks/sps.py reads it. Every round runs every conf
 
 import argparse
 import glob
-import json
 import os
 import shlex
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -28,6 +26,7 @@ from pathlib import Path
 
 from benchmarks.common import write_results
 from benchmarks.sps import run_once
+from leanrl_utils.events import wandb_history
 
 # pair: (our best mode, our flags, total steps, [(name, LeanRL script, its flags, S0 or None, from-step or None)])
 PAIRS = {
@@ -49,33 +48,6 @@ PAIRS = {
 }
 
 
-def wandb_records(path: Path):
-    """The records of a .wandb file: a LevelDB-log-style stream (a 7-byte W&B header, 32 KiB blocks, 7-byte
-    record headers: crc, length, type), records split across blocks as FIRST, MIDDLE, LAST."""
-    data, pos, buf, block = path.read_bytes(), 7, b"", 32768
-    if data[:4] != b":W&B":
-        raise SystemExit(f"{path}: not a .wandb file")
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:  # the block's trailer
-            pos += left
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if length == 0 and kind == 0:
-            pos += left
-            continue
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
-        if kind == 1:
-            yield chunk
-        elif kind == 2:
-            buf = chunk
-        elif kind == 3:
-            buf += chunk
-        elif kind == 4:
-            yield buf + chunk
-            buf = b""
-
-
 def settled(path: Path, quiet: float = 1.0, timeout: float = 60.0) -> Path:
     """Wait until the file has not grown for `quiet` seconds: wandb's writer (a service process) can still be
     flushing the last records after the run that logged them has finished."""
@@ -92,18 +64,7 @@ def settled(path: Path, quiet: float = 1.0, timeout: float = 60.0) -> Path:
 
 def logged_speeds(path: Path) -> list[tuple[int, float]]:
     """(step, speed) of every wandb.log call that logged `speed`."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    settled(path)
-    rows = []
-    for raw in wandb_records(path):
-        record = pb.Record()
-        record.ParseFromString(raw)
-        if record.WhichOneof("record_type") == "history":
-            items = {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in record.history.item}
-            if "speed" in items:
-                rows.append((int(items["_step"]), float(items["speed"])))
-    return rows
+    return [(int(row["_step"]), float(row["speed"])) for row in wandb_history(settled(path)) if "speed" in row]
 
 
 def leanrl_fps(leanrl: Path, pydeps: str, script: str, flags: str, env_id: str, total: int, s0, frm) -> float:

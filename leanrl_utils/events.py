@@ -1,6 +1,9 @@
-"""Read a run's TensorBoard event files (shared by the benchmark, the report and the tests)."""
+"""Read a run's logs: its TensorBoard event files, and its offline Weights & Biases file (shared by the
+benchmarks, the report and the tests)."""
 
+import json
 import re
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,3 +45,45 @@ def read_run(run_dir: str | Path) -> RunLog:
 def read_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     """All scalars logged under `run_dir`, as {tag: [(step, value), ...]} in logging order."""
     return {tag: [(s, v) for s, _, v in points] for tag, points in read_run(run_dir).scalars.items()}
+
+
+def wandb_records(path: str | Path):
+    """The raw records of a `.wandb` file, in order. The file is a LevelDB-style log: a 7-byte W&B header, then
+    32 KiB blocks of records, each with a 7-byte header (crc, length, type); a record too long for its block is
+    split as FIRST, MIDDLE..., LAST; a block's tail too short for a header is padding. wandb ships no reader."""
+    data, pos, buf, block = Path(path).read_bytes(), 7, b"", 32768
+    if data[:4] != b":W&B":
+        raise ValueError(f"{path}: not a .wandb file")
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # the block's trailer
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if length == 0 and kind == 0:  # zero-filled: the rest of the block is unused
+            pos += left
+            continue
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 1:  # FULL
+            yield chunk
+        elif kind == 2:  # FIRST
+            buf = chunk
+        elif kind == 3:  # MIDDLE
+            buf += chunk
+        elif kind == 4:  # LAST
+            yield buf + chunk
+            buf = b""
+
+
+def wandb_history(path: str | Path) -> list[dict]:
+    """Every `wandb.log` call recorded in a `.wandb` file, in order, as {key: value} (nested keys joined by
+    "/", values decoded from JSON)."""
+    from wandb.proto import wandb_internal_pb2
+
+    rows = []
+    for raw in wandb_records(path):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(raw)
+        if record.WhichOneof("record_type") == "history":
+            rows.append({(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in record.history.item})
+    return rows

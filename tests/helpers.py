@@ -4,7 +4,6 @@ import functools
 import os
 import re
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -256,25 +255,13 @@ def check_flag_run(run: Run, config: tuple[str, ...], tags: list[str], logs: int
 
 
 def wandb_history(path: Path) -> dict[str, list]:
-    """The history records of an offline wandb run file (`run-*.wandb`): {key: [values]}. The file is a
-    LevelDB-style log (a 7-byte file header, 32 KiB blocks of records with a 7-byte header each) of
-    wandb's `Record` protobufs; wandb 0.31 ships no Python reader for it."""
-    from wandb.proto import wandb_internal_pb2
+    """The values an offline wandb run file holds, per key: {key: [values, in logging order]}."""
+    from leanrl_utils.events import wandb_history as calls
 
-    raw, block, pos, chunk, history = path.read_bytes(), 32768, 7, b"", {}
-    while pos + 7 <= len(raw):
-        if block - pos % block < 7:  # a block's tail too short for a header is padding
-            pos += block - pos % block
-            continue
-        _, length, kind = struct.unpack("<IHB", raw[pos:pos + 7])
-        chunk, pos = chunk + raw[pos + 7:pos + 7 + length], pos + 7 + length
-        if kind in (1, 4):  # a full record, or the last piece of one
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(chunk)
-            chunk = b""
-            if record.WhichOneof("record_type") == "history":
-                for item in record.history.item:
-                    history.setdefault(item.key or "/".join(item.nested_key), []).append(item.value_json)
+    history = {}
+    for row in calls(path):
+        for key, value in row.items():
+            history.setdefault(key, []).append(value)
     return history
 
 
