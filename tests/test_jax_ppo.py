@@ -1,7 +1,9 @@
 """The JAX twins of the PPO scripts (continuous actions, and Atari through envpool): each logs what its
 eager script logs, a seed gives the same numbers twice, GAE matches its definition and the eager
-script's, the first update computes the eager script's losses and parameters from the same weights,
-batch and permutations, the checkpoint loads into the eager script's Agent and computes the same
+script's, the acting step (the continuous twin's jitted step; the Atari twin's whole jitted rollout, fed
+the eager rollout's frames) stores the eager script's observations, done flags, values and logprobs from the
+same weights, the first update computes the eager script's losses and clip fractions and parameters from the
+same weights, batch and permutations, the checkpoint loads into the eager script's Agent and computes the same
 function, the Atari rollout (envpool's XLA interface, inside jit) steps the games as host stepping
 does, and the continuous twin learns InvertedPendulum as its eager pair does."""
 
@@ -103,6 +105,7 @@ def record_eager_update(monkeypatch, tmp_path, script: str, *flags: str) -> dict
                                                                         "next_done", "advantages")}
             losses = {name: float(local[name].detach()) for name in ("loss", "pg_loss", "v_loss", "entropy_loss",
                                                              "old_approx_kl", "approx_kl")}
+            losses["clipfrac"] = local["clipfracs"][-1]  # this minibatch's, appended just before the step
             out = super().step(closure)
             params = {k: v.detach().clone() for k, v in record["agent"].state_dict().items()}
             record["steps"].append(dict(losses, mb_inds=local["mb_inds"].clone(), params=params))
@@ -188,7 +191,7 @@ def agent_fields(script, record):
 def assert_same_losses(stats, ran, record, num_minibatches, rtol=1e-4, atol=1e-6):
     """Each minibatch's losses that the eager script computed, in order, equal the twin's."""
     names = {"pg_loss": "policy_loss", "v_loss": "value_loss", "entropy_loss": "entropy",
-             "old_approx_kl": "old_approx_kl", "approx_kl": "approx_kl"}
+             "old_approx_kl": "old_approx_kl", "approx_kl": "approx_kl", "clipfrac": "clipfrac"}
     steps = record["steps"]
     assert int(np.asarray(ran).sum()) * num_minibatches == len(steps)
     for k, step in enumerate(steps):
@@ -197,6 +200,70 @@ def assert_same_losses(stats, ran, record, num_minibatches, rtol=1e-4, atol=1e-6
             ours = float(stats[name][epoch, mb])
             assert abs(ours - step[eager_name]) <= atol + rtol * abs(step[eager_name]), \
                 f"minibatch {k}, {name}: {ours} (JAX) vs {step[eager_name]} (eager)"
+
+
+def assert_stored_as_eager(record, script, obs, actions, logprobs, values, dones, atol=1e-5):
+    """The rollout the twin's acting step stored, against the eager run's first rollout (same weights, same
+    observations): the observations and done flags as stored, the values as eager computed them, and each
+    logprob as the eager Agent computes it for the twin's own action (the two draw their actions from
+    different generators). `obs` is in the eager layout, (steps, envs, ...)."""
+    b, agent = record["batch"], record["agent"]
+    agent.load_state_dict(record["init"])  # the weights the rollout acted with
+    steps, envs = b["values"].shape
+    np.testing.assert_array_equal(np.asarray(obs), b["b_obs"].reshape(steps, envs, *b["b_obs"].shape[1:]).numpy())
+    np.testing.assert_array_equal(np.asarray(dones), b["dones"].numpy())
+    np.testing.assert_allclose(np.asarray(values), b["values"].numpy(), rtol=1e-5, atol=atol, err_msg="values")
+    flat = torch.as_tensor(np.asarray(actions)).reshape(steps * envs, *np.asarray(actions).shape[2:])
+    with torch.no_grad():
+        _, eager_logprob, _, _ = agent.get_action_and_value(b["b_obs"], flat.long() if script == ATARI_JAX else flat)
+    np.testing.assert_allclose(np.asarray(logprobs).reshape(-1), eager_logprob.numpy(), rtol=1e-5, atol=atol,
+                               err_msg="logprobs")
+
+
+def continuous_acting(record, flags, params):
+    """The twin's jitted acting step, as its main() calls it, fed the eager rollout's observations and done
+    flags step by step: what it stored."""
+    module = load_script(CONTINUOUS_JAX)
+    args = tyro.cli(module.Args, args=list(flags))
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    act = module.make_functions(args, module.Agent(**agent_fields(CONTINUOUS_JAX, record)),
+                                optax.scale_by_adam(eps=1e-5))[0]
+    b = record["batch"]
+    steps, envs = b["values"].shape
+    obs = b["b_obs"].reshape(steps, envs, -1).numpy()
+    act_dim = b["b_actions"].shape[-1]
+    rollout = module.Rollout(obs=jnp.zeros(obs.shape), actions=jnp.zeros((steps, envs, act_dim)),
+                             logprobs=jnp.zeros((steps, envs)), dones=jnp.zeros((steps, envs)),
+                             values=jnp.zeros((steps, envs)))
+    key = jax.random.key(0)
+    for step in range(steps):
+        rollout, _, key = act(params, rollout, step, obs[step], b["dones"][step].numpy(), key)
+    return rollout
+
+
+def atari_rollout(record, flags, params):
+    """The twin's jitted rollout (one scan: act, step, store), with envpool's XLA step replaced by one that
+    replays the eager rollout: its observations and done flags, in order."""
+    module = load_script(ATARI_JAX)
+    args = tyro.cli(module.Args, args=list(flags))
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    b = record["batch"]
+    steps, envs = b["values"].shape
+    frames = jnp.asarray(b["b_obs"].reshape(steps, envs, *b["b_obs"].shape[1:]).numpy())
+    dones = jnp.asarray(b["dones"].numpy())
+
+    def replay(t, action):  # the handle is the step's index: the next step's frames and done flags
+        nxt = jnp.minimum(t + 1, steps - 1)
+        zeros = jnp.zeros(envs)
+        info = dict(reward=zeros, lives=zeros, elapsed_step=zeros)
+        return t + 1, (frames[nxt], zeros, dones[nxt] > 0, jnp.zeros(envs, bool), info)
+
+    rollout = module.make_functions(args, module.Agent(**agent_fields(ATARI_JAX, record)),
+                                    optax.scale_by_adam(eps=1e-5), replay)[0]
+    *_, stored = rollout(params, jnp.int32(0), frames[0], dones[0], jax.random.key(0))
+    return stored
 
 
 # Pendulum: 2 envs x 208 steps, so that the batch holds the end of an episode (step 200); 4 minibatches,
@@ -224,6 +291,10 @@ def test_continuous_update_matches_the_eager_script(target_kl, monkeypatch, tmp_
 
     params = continuous_params_from_torch(record["init"])
     assert_same_state(params, record["init"], module.to_torch_state_dict, 0, 0, "the weights' round trip")
+    if target_kl is None:  # the rollout is the same in both runs
+        stored = continuous_acting(record, flags, params)
+        assert_stored_as_eager(record, CONTINUOUS_JAX, stored.obs, stored.actions, stored.logprobs, stored.values,
+                               stored.dones)
     batch = dict(obs=b["b_obs"], actions=b["b_actions"], logprobs=b["b_logprobs"], advantages=b["b_advantages"],
                  returns=b["b_returns"], values=b["b_values"])
     (state, stats, ran), module, args = twin_update(CONTINUOUS_JAX, record, flags, params, batch)
@@ -254,6 +325,9 @@ def test_atari_update_matches_the_eager_script(monkeypatch, tmp_path):
 
     params = atari_params_from_torch(record["init"])
     assert_same_state(params, record["init"], module.to_torch_state_dict, 0, 0, "the weights' round trip")
+    stored = atari_rollout(record, ATARI_CHECK, params)
+    assert_stored_as_eager(record, ATARI_JAX, jnp.transpose(stored.obs, (0, 1, 4, 2, 3)), stored.actions,
+                           stored.logprobs, stored.values, stored.dones)
     batch = dict(obs=jnp.transpose(b["b_obs"], (0, 2, 3, 1)), actions=b["b_actions"].astype(jnp.int32),
                  logprobs=b["b_logprobs"], advantages=b["b_advantages"], returns=b["b_returns"], values=b["b_values"],
                  valid=b["b_valid"])
