@@ -25,6 +25,12 @@ so that set-up and compilation count (runs that predate it start at their first 
 - warm-up: `charts/warmup_time` (compilation, CUDA-graph capture; for the eager
   script the same window, so the difference is what compiling costs), median.
 
+The raw data behind the table goes beside it: `scalars/<script>__<mode>__seed<N>.csv`,
+one per run (tag, step, wall time, value): every point of the scalars the table and
+the plots read, and the last point of every other scalar (which ends the wall-clock),
+with the run's hyperparameters in a `#` line. `read_scalars_csv` reads one back as a
+run, so that every figure of the table can be recomputed from the CSVs alone.
+
 The headline plot is the return against wall-clock time: one panel per pair, the
 median over seeds with the min-max band, one colour per mode. Every figure names
 the command (`command.txt`, written by run.sh) and the hardware. Runs that logged
@@ -35,6 +41,7 @@ finished (no `done` marker: still running, or stopped), which the table leaves o
 """
 
 import argparse
+import csv
 import json
 import re
 import statistics
@@ -135,6 +142,32 @@ def find_runs(root: Path) -> tuple[list[Run], list[Path]]:
         runs.append(Run(run_dir, algo, mode_of(log.hparams), log.hparams.get("env_id", "?"),
                         log.hparams.get("seed", "?"), log))
     return runs, unreadable
+
+
+RAW_TAGS = ("charts/start", "charts/episodic_return", "charts/SPS", "charts/warmup_time")  # what the table reads
+
+
+def write_scalars_csv(run: Run, path: Path) -> None:
+    """The run's raw data, compact: all points of RAW_TAGS, the last point of every other tag."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        f.write("# " + json.dumps(run.log.hparams) + "\n")
+        rows = csv.writer(f)
+        rows.writerow(["tag", "step", "wall_time", "value"])
+        for tag, points in sorted(run.log.scalars.items()):
+            for step, wall, value in (points if tag in RAW_TAGS else points[-1:]):
+                rows.writerow([tag, step, repr(wall), repr(value)])
+
+
+def read_scalars_csv(path: Path) -> Run:
+    """A run as write_scalars_csv left it: the report's figures for it are those of the original run."""
+    with path.open(newline="") as f:
+        log = RunLog(hparams=json.loads(f.readline().removeprefix("# ")))
+        for row in csv.DictReader(f):
+            log.scalars.setdefault(row["tag"], []).append((int(row["step"]), float(row["wall_time"]), float(row["value"])))
+    h = log.hparams
+    return Run(path, h["exp_name"].removesuffix("_torchcompile").removesuffix("_jax"), mode_of(h), h.get("env_id", "?"),
+               h.get("seed", "?"), log)
 
 
 def hardware(root: Path) -> dict:
@@ -253,6 +286,10 @@ def build(root: Path, out: Path) -> Path:
         lines += [""]
     if plots:
         lines += ["## More plots", ""] + [f"![{p.stem}]({p.name})" for p in plots[1:]] + [""]
+    for r in runs:  # the raw data of every figure above
+        write_scalars_csv(r, out / "scalars" / f"{r.algo}__{r.mode}__seed{r.seed}.csv")
+    if runs:
+        lines += ["Raw data: `scalars/`, one CSV per run (what the table and the plots read).", ""]
     report = out / "report.md"
     report.write_text("\n".join(lines))
     return report

@@ -62,6 +62,28 @@ def test_table_values_from_known_runs(tmp_path):
         assert (tmp_path / png).stat().st_size > 1000
 
 
+def test_the_table_recomputes_from_the_raw_csvs(tmp_path):
+    """The report's raw data (scalars/*.csv) holds all its table reads: the same table, rebuilt from the CSVs
+    alone, threshold times and wall-clocks included."""
+    from leanrl_utils.presets import load
+
+    (tmp_path / "preset.json").write_text(json.dumps(load("cpu")))
+    returns = [20.0] * 10 + [300.0] * 10
+    fake_run(tmp_path, "dqn", 1, sps=[3000, 3100], returns=returns, warmup=0.1)
+    fake_run(tmp_path, "dqn", 2, sps=[2900], returns=returns[::-1], warmup=0.2)
+    fake_run(tmp_path, "dqn_torchcompile", 1, sps=[4000], returns=returns, warmup=3.0, compile=True, started=970.0)
+    report.build(tmp_path, tmp_path / "out")
+    runs, _ = report.find_runs(tmp_path / "runs")
+    csvs = sorted((tmp_path / "out" / "scalars").glob("*.csv"))
+    assert [p.name for p in csvs] == ["dqn__compile__seed1.csv", "dqn__eager__seed1.csv", "dqn__eager__seed2.csv"]
+    again = [report.read_scalars_csv(p) for p in csvs]
+    for mode in ("eager", "compile"):
+        original = sorted((r for r in runs if r.mode == mode), key=lambda r: r.seed)
+        rebuilt = sorted((r for r in again if r.mode == mode), key=lambda r: r.seed)
+        assert report.algo_table(rebuilt, 10, 200) == report.algo_table(original, 10, 200)
+        assert [r.wall_clock for r in rebuilt] == [r.wall_clock for r in original]
+
+
 def test_time_to_threshold_and_wall_clock_count_from_the_run_s_start(tmp_path):
     """DQN under the cpu preset (threshold 200 over the last 10 episodes): 10 episodes of 20, then 10 of 300,
     one every 10 s from t0 + 10 s. The mean of the last 10 first reaches 200 at the 17th episode (7 x 300 +
