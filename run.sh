@@ -40,7 +40,7 @@ options:
   --out DIR        output folder (default: results)
   --quick          a few thousand steps per run, small env counts: checks the whole pipeline
   --preset NAME    a preset of leanrl_utils/presets.json: its pairs, tasks, step budgets and modes
-                   (cpu: learning curves on a 2-core CPU, eager against --compile, about 3.2 hours;
+                   (cpu: learning curves on a 2-core CPU, eager against --compile and the JAX twin, hours;
                    halfcheetah_1m: PPO on HalfCheetah-v4 at CleanRL's 1M steps, eager against
                    --compile, 70 minutes as one lane per seed side by side, see the README)
   --redo           run again the runs already complete

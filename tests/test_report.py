@@ -199,8 +199,8 @@ def test_run_sh_reports_failed_runs_and_goes_on(tmp_path):
 
 @pytest.mark.parametrize("name", read_presets())
 def test_every_preset_parses(name):
-    """Every pair of every preset has a reason, a threshold, and flags that both of its scripts accept
-    (tyro parses them, the scripts' input checks pass)."""
+    """Every pair of every preset has a reason, a threshold, and flags that every script of its family that
+    the preset runs accepts (tyro parses them, the scripts' input checks pass)."""
     import shlex
 
     import tyro
@@ -209,10 +209,12 @@ def test_every_preset_parses(name):
 
     preset = load(name)
     assert preset["description"]
-    assert preset["modes"] == ["eager", "compile"] and preset["last_episodes"] >= 5
+    assert preset["modes"][:2] == ["eager", "compile"] and set(preset["modes"]) <= {"eager", "compile", "jax"}
+    assert preset["last_episodes"] >= 5
+    twins = ["_torchcompile"] + ["_jax"] * ("jax" in preset["modes"] and HAS_JAX)
     for pair, spec in preset["pairs"].items():
         assert spec["why"] and spec["threshold"] > 0
-        for script in (PAIRS[pair], PAIRS[pair] + "_torchcompile"):
+        for script in [PAIRS[pair]] + [PAIRS[pair] + twin for twin in twins]:
             module = load_script(script)
             args = tyro.cli(module.Args, args=shlex.split(spec["args"]))
             module.check_args(args)  # exits on a bad value
