@@ -81,7 +81,7 @@ CATEGORIES = ["environment", "acting", "environment + acting", "storage", "updat
 
 ENV_LIBS = ("gymnasium/", "envpool/", "mujoco/")
 LOG_LIBS = ("torch/utils/tensorboard", "tensorboard/", "tqdm/", "wandb/")
-LOG_FUNCTIONS = re.compile(r"^(Speed\.|make_writer|EpisodeStats\.|NoWriter\.|gather$)")
+LOG_FUNCTIONS = re.compile(r"^(Speed\.|make_writer|ctrl_c_held|held$|EpisodeStats\.|NoWriter\.|gather$)")
 STORAGE_FUNCTIONS = re.compile(r"^(ReplayBuffer\.|FrameBuffer\.|Buffer\.)")
 # the leaf statement of main() a sample is on: first match wins
 LEAF_RULES = [

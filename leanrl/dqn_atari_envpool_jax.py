@@ -43,6 +43,7 @@ import atexit
 import math
 import os
 import random
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -518,12 +519,29 @@ def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:
                    config=vars(args), name=run_name, save_code=True)
         atexit.register(wandb.finish)
     writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_scalar = ctrl_c_held(writer.add_scalar)  # a Ctrl-C waits for the write in progress
     # one point whose wall time is the run's start: time to a given return counts from it, set-up and
     # compilation before the first logged value included
     writer.add_scalar("charts/start", 0, 0, walltime=started)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     atexit.register(writer.close)  # registered last, runs first: before wandb.finish
     return writer
+
+
+def ctrl_c_held(write):
+    """`write` with a Ctrl-C held until it returns, then raised again: a KeyboardInterrupt raised inside the
+    locks of TensorBoard's queue can leave its writer thread asleep, and the run hung at exit (writer.close)."""
+
+    def held(*args, **kwargs):
+        caught = []
+        previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+        try:
+            return write(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            if caught:
+                signal.raise_signal(signal.SIGINT)
+    return held
 
 
 class Speed:
