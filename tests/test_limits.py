@@ -75,41 +75,86 @@ def test_the_peak_is_above_what_this_machine_measures():
     assert peak["clock_hz"] > 5e8 and peak["flops_per_cycle"] >= 8, peak
 
 
+def test_the_clock_probe_reads_the_clock_a_second_way():
+    """The peak's clock, from a chain of dependent additions of a register (one a cycle), agrees with a chain
+    of dependent multiplications (three cycles each on x86 cores): additions of a constant, which some cores
+    fold several to a cycle, read 19 GHz on one of them and made the peak five times too high."""
+    import platform
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from benchmarks.limits import CLOCK_PROBE, theoretical_peak
+
+    if platform.machine() not in ("x86_64", "AMD64") or not shutil.which("gcc"):
+        pytest.skip("the probe is x86 assembly built with gcc")
+    multiply = CLOCK_PROBE.replace("add %1, %0", "imul %1, %0").replace("8.0 * n", "3 * 8.0 * n")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "mul.c").write_text(multiply)
+        subprocess.run(["gcc", "-O2", "-o", f"{tmp}/mul", f"{tmp}/mul.c"], check=True)
+        by_multiplying = max(float(subprocess.run([f"{tmp}/mul"], capture_output=True, text=True).stdout) for _ in range(3))
+    clock = theoretical_peak()["clock_hz"]
+    assert 0.8 < clock / by_multiplying < 1.25, (clock, by_multiplying)
+
+
 def test_pieces_are_timed_per_kind_of_call(tmp_path):
     """The attainable reference's recorder: run as a script's launcher, it times every call of every function
-    the script compiles, apart per kind of call (the arguments that are not tensors)."""
+    the script compiles, apart per kind of call (the arguments that are not tensors), with each call's start."""
     import json
     import subprocess
     import sys
+    import time
 
-    from benchmarks.limits import PIECES
+    from benchmarks.limits import LAUNCHER
 
     script = tmp_path / "script.py"
-    script.write_text("import torch\n"
-                      "def step(x, twice: bool):\n    return x * 2 if twice else x + 1\n"
+    script.write_text("import time, torch\n"
+                      "def step(x, twice: bool):\n    time.sleep(0.01 if twice else 0.002)\n    return x * 2 if twice else x + 1\n"
                       "step = torch.compile(step)\n"
                       "for i in range(6):\n    step(torch.ones(3), twice=i % 3 == 0)\n")
-    out = tmp_path / "pieces.json"
-    subprocess.run([sys.executable, "-c", PIECES, str(out), str(script)], check=True, cwd=tmp_path, timeout=300)
-    times = json.loads(out.read_text())
-    assert {k: len(v) for k, v in times.items()} == {"step(twice=True)": 2, "step(twice=False)": 4}
-    assert all(t > 0 for v in times.values() for t in v)
+    out, before = tmp_path / "calls.json", time.time()
+    subprocess.run([sys.executable, "-c", LAUNCHER, str(out), str(script)], check=True, cwd=tmp_path, timeout=300)
+    calls = json.loads(out.read_text())
+    assert {k: len(v) for k, v in calls.items()} == {"step(twice=True)": 2, "step(twice=False)": 4}
+    starts = sorted(wall for v in calls.values() for wall, _ in v)
+    assert before < starts[0] and starts == sorted(set(starts)) and starts[-1] < time.time()
+    # each call's duration holds its sleep (the compiled function's first call holds its compilation too)
+    assert min(s for _, s in calls["step(twice=True)"]) >= 0.01 and min(s for _, s in calls["step(twice=False)"]) >= 0.002
+
+
+def test_fps_and_pieces_come_from_one_window():
+    """The profiled run's fps over the py-spy window from its own charts/SPS points, and its pieces' calls per
+    step and best times from the calls that started between the same two points."""
+    from benchmarks.limits import pieces_in_window, window_fps
+
+    sps = [(100, 9.0, 0.0), (200, 10.0, 0.0), (400, 12.0, 0.0), (700, 14.0, 0.0), (800, 20.0, 0.0)]
+    fps, (first, last) = window_fps(sps, start=9.5, end=15.0)  # the points at 10 s and 14 s
+    assert fps == pytest.approx((700 - 200) / (14 - 10)) and first == (200, 10.0) and last == (700, 14.0)
+    calls = {"update": [(9.9, 1.0), (10.5, 0.004), (11.0, 0.003), (13.9, 0.005), (14.5, 0.001)],
+             "act": [(12.0, 0.0002)] * 50}
+    pieces = pieces_in_window(calls, first, last)
+    assert pieces == {"update": {"calls_per_step": 3 / 500, "best_s": 0.003}, "act": {"calls_per_step": 50 / 500, "best_s": 0.0002}}
+    with pytest.raises(SystemExit, match="fewer than two"):
+        window_fps(sps, start=10.5, end=13.0)
 
 
 def test_a_reference_that_a_run_beat_is_given_no_percentage():
     """The attainable reference is a time the pieces can reach: a run measured above it shows it is not one,
-    and results.md then gives no percentage of it (the hard bound's percentage stays)."""
+    and results.md then gives no percentage of it (the hard bound's percentage stays); the ms per step are the
+    shares of the profiled run's own step, and the speed table's fps sit beside it with their share of the bound."""
     from benchmarks.limits import render
 
     def row(fps):
-        return {"pair": "p", "mode": "compile", "fractions": dict.fromkeys(CATEGORIES, 0.1), "fps": fps, "samples": 9,
-                "flops_per_step": 1e6, "flops_counted_on": "s", "bound_fps": 1000.0, "reference_fps": 300.0,
-                "speed_table_fps": fps, "pieces": {}}
+        return {"pair": "p", "mode": "compile", "fractions": dict(zip(CATEGORIES, (0.5, 0.1, 0, 0.1, 0.2, 0.1, 0))),
+                "fps": fps, "samples": 9, "flops_per_step": 1e6, "flops_counted_on": "s", "bound_fps": 1000.0,
+                "reference_fps": 300.0, "speed_table_fps": 250.0, "pieces": {}}
     data = {"threads": 2, "peak": {"cores": 2, "flops_per_cycle": 64, "per_cycle_why": "w", "clock_hz": 4e9,
                                    "clock_how": "h", "flops": 5.12e11},
             "measured_rates": {"matmul": 1e11, "matmul_xla": 2e11, "conv": 1e11}, "env_sps": {"p": 5000.0}}
     below = render(data | {"rows": [row(240.0)]}, speed=True)
-    assert "| 300 | 240 | 24% | 80% | 240 | 24% | 80% |" in below
+    # 240 fps: 4.167 ms a step, half of it the environment, a fifth the update
+    assert "| 300 | 240 | 24% | 80% | 250 | 25% | 2.083 | 0.417 | 0.000 | 0.417 | 0.833 | 0.417 | 0.000 | 9 |" in below
     above = render(data | {"rows": [row(330.0)]}, speed=True)
-    assert "| not one | 330 | 33% | ran above it: no reference | 330 | 33% | ran above it: no reference |" in above
+    assert "| not one | 330 | 33% | ran above it: no reference | 250 | 25% |" in above
     assert "110%" not in above
