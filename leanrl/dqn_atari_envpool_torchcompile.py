@@ -240,6 +240,11 @@ class ReplayBuffer:
             observations=self.stacks(slots), next_observations=self.stacks((slots + 1) % self.size))
 
 
+# The devices on which --compile compiles the acting step: CUDA only, where it becomes part of the acting
+# graph; on a CPU the acting step is a small part of a step that the update dominates, and stays eager.
+COMPILED_ACTING = ("cuda",)
+
+
 def main(args: Args) -> None:
     started = time.time()  # the run's start, logged as charts/start (see make_writer)
     check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
@@ -311,9 +316,7 @@ def main(args: Args) -> None:
         torch._dynamo.config.trace_autograd_ops = True
         # the optimizer step stays eager: one fused kernel, that compiled would add graph breaks
         loss_and_grads = torch.compile(loss_and_grads)
-        if device.type == "cuda":
-            # compiled on CUDA only, where it becomes part of the acting graph; on a CPU the acting step
-            # is a small part of a step that the update dominates, and stays eager
+        if device.type in COMPILED_ACTING:
             policy = torch.compile(policy)
 
     if args.cudagraphs:

@@ -196,6 +196,11 @@ class ReplayBuffer:
                           actions=rows[:, -3:-2].long(), rewards=rows[:, -2:-1], dones=rows[:, -1:])
 
 
+# The devices on which --compile compiles the acting step: CUDA only. On a CPU the compiled acting step loses:
+# at batch 1 its call overhead outweighs the math.
+COMPILED_ACTING = ("cuda",)
+
+
 def main(args: Args) -> None:
     started = time.time()  # the run's start, logged as charts/start (see make_writer)
     check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
@@ -262,8 +267,7 @@ def main(args: Args) -> None:
         torch._dynamo.config.trace_autograd_ops = True
         # the optimizer step stays eager: one fused kernel, that compiled would add graph breaks
         loss_and_grads = torch.compile(loss_and_grads)
-        if device.type == "cuda":
-            # on a CPU the compiled acting step loses: at batch 1 its call overhead outweighs the math
+        if device.type in COMPILED_ACTING:
             policy = torch.compile(policy)
 
     if args.cudagraphs:

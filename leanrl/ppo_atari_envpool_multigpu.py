@@ -214,6 +214,8 @@ def main(args: Args) -> None:
     started = time.time()  # the run's start, logged as charts/start (see make_writer)
     # one process per rank, started by torchrun (which sets these); without it, a single rank
     args.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    # started by torchrun (or by hand with its variables): a process group and its collectives, even for one rank
+    distributed = "MASTER_ADDR" in os.environ
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
     args.local_batch_size = int(args.num_envs * args.num_steps)
@@ -230,7 +232,7 @@ def main(args: Args) -> None:
     device = pick_device(args, local_rank)  # a backend that cannot run here stops here, before any collective
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    if args.world_size > 1:
+    if distributed:
         backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.dist_timeout))
 
@@ -240,7 +242,7 @@ def main(args: Args) -> None:
         print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
 
     agent = Agent(envs).to(device)
-    if args.world_size > 1:  # the same seed built the same weights; rank 0's, sent to all, make sure of it
+    if distributed:  # the same seed built the same weights; rank 0's, sent to all, make sure of it
         for param in agent.parameters():
             dist.broadcast(param.data, src=0)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
@@ -368,7 +370,7 @@ def main(args: Args) -> None:
 
                 optimizer.zero_grad()
                 loss.backward()
-                if args.world_size > 1:
+                if distributed:
                     # the ranks average their gradients: one all-reduce of all of them, flattened
                     flat = torch.cat([param.grad.view(-1) for param in agent.parameters()])
                     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
@@ -407,7 +409,7 @@ def main(args: Args) -> None:
         if (sps := speed.log(global_step)) is not None:
             pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
 
-    if args.world_size > 1:
+    if distributed:
         dist.destroy_process_group()
     if args.save_model and rank == 0:
         # serves --save-model only: imported here, from the repository root, so this file alone still trains
@@ -468,8 +470,8 @@ def pick_device(args: Args, local_rank: int) -> torch.device:
 
 
 def mean_over_ranks(x: torch.Tensor, world_size: int) -> torch.Tensor:
-    """The mean of a tensor over all ranks (the tensor itself for a single rank)."""
-    if world_size == 1:
+    """The mean of a tensor over all ranks (the tensor itself outside a process group)."""
+    if not dist.is_initialized():
         return x
     x = x.detach().clone()
     dist.all_reduce(x, op=dist.ReduceOp.SUM)
@@ -477,8 +479,8 @@ def mean_over_ranks(x: torch.Tensor, world_size: int) -> torch.Tensor:
 
 
 def gather(items: list, world_size: int) -> list:
-    """Everyone's items, on every rank (a no-op for a single rank)."""
-    if world_size == 1:
+    """Everyone's items, on every rank (a no-op outside a process group)."""
+    if not dist.is_initialized():
         return items
     everyone = [None] * world_size
     dist.all_gather_object(everyone, items)

@@ -253,6 +253,8 @@ def main(args: Args) -> None:
     started = time.time()  # the run's start, logged as charts/start (see make_writer)
     # one process per rank, started by torchrun (which sets these); without it, a single rank
     args.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    # started by torchrun (or by hand with its variables): a process group and its collectives, even for one rank
+    distributed = "MASTER_ADDR" in os.environ
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
     args.local_batch_size = int(args.num_envs * args.num_steps)
@@ -269,14 +271,14 @@ def main(args: Args) -> None:
     device = pick_device(args, local_rank)  # a backend that cannot run here stops here, before any collective
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    if args.world_size > 1:
+    if distributed:
         backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.dist_timeout))
     # CUDA graphs exist on CUDA devices only: elsewhere --cudagraphs is ignored, with a warning
     graphs = args.cudagraphs and device.type == "cuda"
     if args.cudagraphs and not graphs and rank == 0:
         print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
-    if graphs and args.world_size > 1 and dist.get_backend() == "gloo":
+    if graphs and distributed and dist.get_backend() == "gloo":
         fail("--cudagraphs: gloo's all-reduce of CUDA tensors goes through the host, which a CUDA graph cannot "
              "capture; use --backend nccl")
 
@@ -288,7 +290,7 @@ def main(args: Args) -> None:
     # the network is built on the CPU and moved, as in the eager script: the same initial weights, drawn
     # from the CPU generator, on any device
     agent = Agent(envs).to(device, memory_format=torch.channels_last)  # see Agent.frames
-    if args.world_size > 1:  # the same seed built the same weights; rank 0's, sent to all, make sure of it
+    if distributed:  # the same seed built the same weights; rank 0's, sent to all, make sure of it
         for param in agent.parameters():
             dist.broadcast(param.data, src=0)
     # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
@@ -380,7 +382,7 @@ def main(args: Args) -> None:
     params = list(agent.parameters())
 
     def average_and_clip():
-        if args.world_size > 1:
+        if distributed:
             # the ranks average their gradients: one all-reduce of all of them, flattened, outside the
             # compiled loss and backward, and one fused copy back instead of a copy per tensor; no DDP
             # wrapper to read through (the DDP variants are compared in the docstring's page)
@@ -491,7 +493,7 @@ def main(args: Args) -> None:
         # them without waiting and is watched: it times out, and the watchdog ends the run. It comes before
         # any host read and before the gather of the games below, an object collective that first copies
         # its pickled object to the device (a copy that waits)
-        if args.world_size > 1:
+        if distributed:
             dist.all_reduce(heartbeat)
 
         # the games that ended on every rank, logged by rank 0
@@ -520,7 +522,7 @@ def main(args: Args) -> None:
         if (sps := speed.log(global_step)) is not None:
             pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
 
-    if args.world_size > 1:
+    if distributed:
         dist.destroy_process_group()
     if args.save_model and rank == 0:
         # serves --save-model only: imported here, from the repository root, so this file alone still trains
@@ -581,8 +583,8 @@ def pick_device(args: Args, local_rank: int) -> torch.device:
 
 
 def mean_over_ranks(x: torch.Tensor, world_size: int) -> torch.Tensor:
-    """The mean of a tensor over all ranks (the tensor itself for a single rank)."""
-    if world_size == 1:
+    """The mean of a tensor over all ranks (the tensor itself outside a process group)."""
+    if not dist.is_initialized():
         return x
     x = x.detach().clone()
     dist.all_reduce(x, op=dist.ReduceOp.SUM)
@@ -590,8 +592,8 @@ def mean_over_ranks(x: torch.Tensor, world_size: int) -> torch.Tensor:
 
 
 def gather(items: list, world_size: int) -> list:
-    """Everyone's items, on every rank (a no-op for a single rank)."""
-    if world_size == 1:
+    """Everyone's items, on every rank (a no-op outside a process group)."""
+    if not dist.is_initialized():
         return items
     everyone = [None] * world_size
     dist.all_gather_object(everyone, items)

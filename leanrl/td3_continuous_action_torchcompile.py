@@ -246,6 +246,11 @@ class Adam:
         self.bias_correction2_sqrt.copy_((1 - self.beta2 ** (self.t + 1)).sqrt())
 
 
+# The devices on which --compile compiles the acting step: CUDA only. On a CPU, at batch 1, the compiled call's
+# fixed cost (guards, the wrapper) exceeds the math of this deterministic MLP, which has no sampling to fuse.
+COMPILED_ACTING = ("cuda",)
+
+
 def main(args: Args) -> None:
     started = time.time()  # the run's start, logged as charts/start (see make_writer)
     check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
@@ -356,9 +361,7 @@ def main(args: Args) -> None:
         # whole update become one program, with no graph break and one guard check per update
         torch._dynamo.config.trace_autograd_ops = True
         update = torch.compile(update)
-        # the acting step is compiled on CUDA only: on a CPU, at batch 1, the compiled call's fixed cost
-        # (guards, the wrapper) exceeds the math of this deterministic MLP, which has no sampling to fuse
-        if device.type == "cuda":
+        if device.type in COMPILED_ACTING:
             policy = torch.compile(policy)
 
     # the update's two kinds (with the delayed actor and target step or without), each its own program

@@ -375,3 +375,149 @@ def test_every_hunk_of_a_pair_s_diff_says_why(eager):
     """`diff -u X.py X_torchcompile.py` reads as a lesson (the contract): every changed piece of the optimized
     script has its comment, or is one of the few listed above with the reason it needs none."""
     assert unexplained_hunks(eager, f"{eager}_torchcompile") == []
+
+
+# Runs an optimized script's main() with --compile --cudagraphs on the CPU (where CudaGraphModule calls its
+# function directly) and records, per compiled function and kind of call, at which of its calls dynamo
+# compiled a graph, and the warm-up each CudaGraphModule was given. COMPILED_ACTING takes the CPU in too:
+# the acting steps that --compile compiles on CUDA only are compiled here as well.
+SETTLE = """
+import atexit, json, sys
+sys.path.insert(0, sys.argv[1])
+import torch, tyro
+from tensordict.nn import CudaGraphModule
+from leanrl_utils.scripts import load_script
+
+out, name = sys.argv[2], sys.argv[3]
+calls, compiles, warmups = {}, {}, []
+counters = torch._dynamo.utils.counters
+compile_ = torch.compile
+
+
+def kind(args, kwargs):
+    plain = [repr(a) for a in args if isinstance(a, bool)]
+    plain += [f"{k}={v!r}" for k, v in sorted(kwargs.items()) if isinstance(v, (bool, int, str))]
+    return f"({', '.join(plain)})" if plain else ""
+
+
+def recording_compile(fn=None, **options):
+    if fn is None:
+        return lambda f: recording_compile(f, **options)
+    compiled, fname = compile_(fn, **options), getattr(fn, "__qualname__", repr(fn))
+
+    def call(*args, **kwargs):
+        key = fname + kind(args, kwargs)
+        n = calls[key] = calls.get(key, 0) + 1
+        before = counters["stats"]["unique_graphs"]
+        result = compiled(*args, **kwargs)
+        if counters["stats"]["unique_graphs"] != before:
+            compiles.setdefault(key, []).append(n)
+        return result
+    return call
+
+
+init = CudaGraphModule.__init__
+
+
+def recording_init(self, module, *args, warmup=2, **kwargs):
+    warmups.append(warmup)
+    init(self, module, *args, warmup=warmup, **kwargs)
+
+
+torch.compile, CudaGraphModule.__init__ = recording_compile, recording_init
+module = load_script(name)
+if hasattr(module, "COMPILED_ACTING"):
+    module.COMPILED_ACTING = (*module.COMPILED_ACTING, "cpu")
+atexit.register(lambda: open(out, "w").write(json.dumps({"calls": calls, "compiles": compiles, "warmups": warmups})))
+module.main(tyro.cli(module.Args, args=sys.argv[4:]))
+"""
+SETTLE_RUNS = {  # long enough that every compiled kind of call runs past its capture (PPO Atari: 8 iterations)
+    "ppo_atari_envpool_torchcompile": lambda short: with_flag(short, "--total-timesteps", "512"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", [s for s in PYTORCH if s.endswith("_torchcompile")])
+def test_compilation_settles_well_before_the_capture(script, tmp_path):
+    """Under --cudagraphs, each function is captured after its warm-up calls: a graph that dynamo compiled
+    again after them would be compiled inside the capture, or never captured. On the CPU (the same code,
+    compiled, called directly), every compiled function's last compilation comes at least two calls before
+    its capture, for each kind of call (SAC's update with and without its actor step are two), and every
+    kind runs past it. The acting steps compiled on CUDA only (TD3, DQN, DQN Atari) are compiled here too,
+    and run."""
+    import json
+    import subprocess
+    import sys
+
+    from helpers import ENV, REPO, Run
+
+    args = SETTLE_RUNS.get(script, list)(list(SPECS[script].short))
+    cmd = [sys.executable, "-c", SETTLE, str(REPO), str(tmp_path / "settle.json"), script, *args, "--compile",
+           "--cudagraphs"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=900)
+    Run(proc.returncode, proc.stdout, proc.stderr, tmp_path).check()
+    record = json.loads((tmp_path / "settle.json").read_text())
+    warmup = set(record["warmups"])
+    assert len(warmup) == 1, f"one warm-up for every graph of a script: {record['warmups']}"
+    warmup = warmup.pop()
+    assert record["compiles"] and set(record["compiles"]) == set(record["calls"]), record
+    for key, at in record["compiles"].items():
+        assert max(at) <= warmup - 2, f"{key}: compiled at calls {at}; its capture comes at call {warmup + 1}"
+        assert record["calls"][key] > warmup + 1, f"{key}: {record['calls'][key]} calls, not past its capture"
+    acting = {"td3_continuous_action_torchcompile": "main.<locals>.policy", "dqn_torchcompile": "main.<locals>.policy",
+              "dqn_atari_envpool_torchcompile": "main.<locals>.policy"}.get(script)
+    assert acting is None or acting in record["calls"], sorted(record["calls"])
+
+
+# Runs a script with tensordict's CudaGraphModule replaced by one that does on the CPU what a CUDA graph whose
+# input copies are off does on a GPU: from the call that captures on (the `warmup`-th), every call runs the
+# function on that call's inputs again.
+FROZEN = """
+import runpy, sys
+import torch
+import tensordict.nn
+from torch.utils._pytree import tree_map
+
+
+class FrozenInputs:
+    def __init__(self, module, *args, warmup=2, **kwargs):
+        self.module, self.warmup, self.calls, self.frozen = module, warmup, 0, None
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls == self.warmup:
+            self.frozen = tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, (args, kwargs))
+        if self.frozen is not None:
+            args, kwargs = self.frozen
+        return self.module(*args, **kwargs)
+
+
+tensordict.nn.CudaGraphModule = FrozenInputs
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", ["sac", "td3", "ppo_continuous", "ppo_atari", "dqn", "dqn_atari"])
+def test_the_gpu_comparison_catches_frozen_inputs(pair, tmp_path):
+    """tests/test_gpu.py compares each optimized script's first updates under CUDA graphs with the eager twin's,
+    and asks that comparison to fail when the graphs replay stale inputs. Shown here on the CPU with the same
+    runs, tags, steps and tolerance: inputs frozen at the capture call make some value leave the tolerance,
+    and the same run without freezing stays within it."""
+    import subprocess
+    import sys
+
+    from helpers import ENV, SCRIPT_DIR, Run, assert_close_logs, log_differences, run_script
+    from test_gpu import RUNS, TOL
+
+    eager, fast, args, tags, upto, _ = RUNS[pair]
+    reference = run_script(eager, *args, cwd=tmp_path / "eager").check()
+    graphs = run_script(fast, *args, "--cudagraphs", cwd=tmp_path / "graphs").check()
+    assert_close_logs(graphs, reference, tags, upto_step=upto, **TOL)
+    frozen_dir = tmp_path / "frozen"
+    frozen_dir.mkdir()
+    proc = subprocess.run([sys.executable, "-c", FROZEN, str(SCRIPT_DIR / f"{fast}.py"), *args, "--cudagraphs"],
+                          cwd=frozen_dir, env=ENV, capture_output=True, text=True, timeout=900)
+    frozen = Run(proc.returncode, proc.stdout, proc.stderr, frozen_dir).check()
+    assert log_differences(frozen, reference, tags, upto_step=upto, **TOL), "frozen inputs went unnoticed"

@@ -223,28 +223,37 @@ def test_two_launchers_meet_through_c10d_rendezvous(tmp_path):
 
 
 def kill_rank_1(script: str, mode: tuple[str, ...], cwd, env=ENV, timeout: float = 20) -> tuple[int, str, float]:
-    """Two ranks started by hand (no torchrun, which would stop the survivor itself), rank 1 killed a few
-    updates in: rank 0's exit code, its stderr, and how long it ran after the kill."""
+    """Two ranks started by hand (no torchrun, which would stop the survivor itself), rank 1 killed once rank 0
+    has shown its fps (its warm-up, compilation and CUDA-graph captures included, is over: the kill lands in
+    the steady state, replayed all-reduces and all): rank 0's exit code, its stderr, and how long it ran after
+    the kill."""
+    import threading
+
     port, procs = free_port(), []
     args = with_flag(with_flag(SHORT, "--dist-timeout", str(timeout)), "--total-timesteps", "100000")
     for rank in (0, 1):
         rank_env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "RANK": str(rank),
                     "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2"}
         procs.append(subprocess.Popen([sys.executable, str(SCRIPT_DIR / f"{script}.py"), *args, *mode], cwd=cwd,
-                                      env=rank_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                                      env=rank_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(iter(lambda: procs[0].stderr.read(256), "")), daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + 300
-        while not list(cwd.glob("runs/*/events.*")) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        time.sleep(3)  # a few updates in
+        while "fps=" not in "".join(err)[-4000:] and procs[0].poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "fps=" in "".join(err), "rank 0 never showed its fps:\n" + "".join(err)[-3000:]
         os.kill(procs[1].pid, signal.SIGKILL)
         killed_at = time.monotonic()
-        _, err = procs[0].communicate(timeout=timeout + 60)
-        return procs[0].returncode, err, time.monotonic() - killed_at
+        procs[0].wait(timeout=timeout + 60)
+        waited = time.monotonic() - killed_at
+        reader.join(timeout=30)
+        return procs[0].returncode, "".join(err), waited
     finally:
         for proc in procs:
             proc.kill()
-            proc.communicate()
+            proc.wait()
 
 
 def test_a_killed_rank_ends_the_other_with_one_line(tmp_path):
@@ -333,6 +342,19 @@ def test_one_nccl_rank_on_one_gpu(config, tmp_path):
     assert run.values("charts/SPS") and run.scalars["losses/value_loss"][-1][0] == 8 * 64
 
 
+def test_one_rank_under_torchrun_runs_its_collectives(tmp_path):
+    """torchrun with one process makes a process group of one, and the script runs every collective in it (the
+    gradients' all-reduce, the watched one, the gather of the games), as the GPU test of one NCCL rank on one
+    GPU expects: here with gloo, 8 iterations, the weights' digest at each gather, each one new."""
+    run = torchrun(FAST, *with_flag(SHORT, "--total-timesteps", str(8 * 64)), cwd=tmp_path, nproc=1).check()
+    digests = lines(run, "iterations", 0)
+    assert len(digests) == 8 and len(set(digests)) == 8, digests
+    events = lines(run, "events", 0)
+    assert events.count("all_reduce") == 8 * 4 and events.count("watched_all_reduce") == 8, events
+    assert events.count("gather") == 8, events
+    assert run.values("charts/SPS") and run.scalars["losses/value_loss"][-1][0] == 8 * 64
+
+
 # NCCL on GPUs, one rank per GPU: `pytest -m gpu` on a machine with two GPUs or more.
 two_gpus = pytest.mark.skipif(cuda_device_count() < 2, reason="needs two CUDA devices (NCCL, one rank per GPU): "
                               "run `pytest -m gpu` on a machine with two GPUs")
@@ -353,12 +375,13 @@ def test_nccl_ranks_keep_identical_weights(config, tmp_path):
 @two_gpus
 @pytest.mark.parametrize("mode", [(), ("--cudagraphs",), ("--compile", "--cudagraphs")], ids=" ".join)
 def test_a_killed_nccl_rank_ends_the_other_within_the_timeout(mode, tmp_path):
-    """Rank 1 killed mid-run: rank 0 stops with an error within --dist-timeout (20 s) and a margin, graphs
-    replaying their all-reduces included (NCCL's watchdog may end it with its own report, not our line).
-    After a timeout, ProcessGroupNCCL's watchdog may first ask every rank for a debug dump and sleep
-    4 x TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC (60 s at its default) before it aborts: the dump is turned off
-    and that wait set to 1 s, so the bound is the timeout, 4 s, and 30 s for a compile or a capture that the
-    kill lands before."""
-    env = {**GPU_ENV, "TORCH_NCCL_DUMP_ON_TIMEOUT": "0", "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC": "1000"}
+    """Rank 1 killed in the steady state: rank 0 stops with an error within --dist-timeout (20 s) and a margin,
+    graphs replaying their all-reduces included (NCCL's watchdog may end it with its own report, not our
+    line). After a timeout, ProcessGroupNCCL's watchdog may first ask every rank for a debug dump and sleep
+    4 x TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC (60 s at its default) before it aborts: the dump is turned off and
+    that wait set to 1 s, and the error handling is set to tear the process down (1), so the bound is the
+    timeout, 4 s, and 10 s for the watchdog's polling and the exit."""
+    env = {**GPU_ENV, "TORCH_NCCL_DUMP_ON_TIMEOUT": "0", "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC": "1000",
+           "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
     code, err, waited = kill_rank_1(FAST, mode, tmp_path, env=env)
-    assert code != 0 and waited < 20 + 4 + 30, (code, waited, err[-2000:])
+    assert code != 0 and waited < 20 + 4 + 10, (code, waited, err[-2000:])
