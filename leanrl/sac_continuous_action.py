@@ -336,7 +336,7 @@ def check_args(args: Args) -> None:
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     positive = ["total_timesteps", "buffer_size", "batch_size", "policy_lr", "q_lr", "policy_frequency",
                 "target_network_frequency", "eval_episodes"]
-    for name in positive + ["learning_starts", "measure_after"] + ([] if args.autotune else ["alpha"]):
+    for name in positive + ["learning_starts", "measure_after", "alpha"]:  # alpha: also when autotune ignores it
         value = getattr(args, name)
         if value < 0 or (value == 0 and name in positive):
             fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")

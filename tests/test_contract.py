@@ -148,6 +148,17 @@ def test_every_float_flag_refuses_nan_and_inf(script, tmp_path):
 
 
 @pytest.mark.parametrize("script", CHECKED)
+def test_every_float_flag_refuses_a_negative_value(script, tmp_path):
+    """No float flag of any script takes a negative value (rates, coefficients, noises, probabilities, times):
+    each refuses -1 with one line naming the flag, the same way in the three scripts of a family."""
+    floats = [f.name for f in fields(load_script(script).Args) if f.type in (float, "float", float | None, "float | None")]
+    for name in floats:
+        flag = "--" + name.replace("_", "-")
+        run = run_in_process(script, *SPECS[script].short, flag, "-1", cwd=tmp_path / name)
+        assert_user_error(run, flag)
+
+
+@pytest.mark.parametrize("script", CHECKED)
 def test_ctrl_c_keeps_the_logs(script, tmp_path):
     spec = SPECS[script]
     args = with_flag(spec.short, "--total-timesteps", "1000000")
