@@ -126,13 +126,20 @@ def save(out: Path, markdown: str, data: dict, stem: str = "results") -> None:
     (out / f"{stem}.json").write_text(json.dumps(data, indent=1))
 
 
+def header(data: dict) -> str:
+    """The lines a results.md starts with: the command, the machine and, where the data has it, the day it ran
+    (what tells two sittings apart)."""
+    lines = f"Command: `{data['command']}`\n\nMachine: " + ", ".join(f"{k} {v}" for k, v in data["machine"].items())
+    return lines + (f"\n\nDate: {data['date']} (UTC)" if data.get("date") else "")
+
+
 def write_results(out: Path | None, text: str, data: dict) -> None:
     """Print a benchmark's result (`text`, markdown); with `out`, also write it to out/results.md and `data`
-    to out/results.json, each under the command that made them and the machine they ran on: the committed
-    file that a figure in docs/ points to."""
+    to out/results.json, each under the command that made them, the machine they ran on and the day: the
+    committed file that a figure in docs/ points to."""
     print(text)
     if out is None:
         return
     machine, command = provenance()
-    header = f"Command: `{command}`\n\nMachine: " + ", ".join(f"{k} {v}" for k, v in machine.items())
-    save(out, f"{header}\n\n{text.strip()}\n", {"command": command, "machine": machine, **data})
+    data = {"command": command, "machine": machine, "date": time.strftime("%Y-%m-%d", time.gmtime()), **data}
+    save(out, f"{header(data)}\n\n{text.strip()}\n", data)

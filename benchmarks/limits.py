@@ -67,7 +67,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.common import REPO, load_script, write_results
+from benchmarks.common import REPO, header, load_script, write_results
 from leanrl_utils.scripts import PAIRS
 
 # the speed table's task and flags per pair (benchmarks/speed.sh runs the same)
@@ -584,9 +584,7 @@ def main():
     if opts.rerender:
         data = json.loads((opts.rerender / "results.json").read_text())
         text = render(data, any("speed_table_fps" in r for r in data["rows"]))
-        (opts.rerender / "results.md").write_text(
-            f"Command: `{data['command']}`\n\nMachine: " + ", ".join(f"{k} {v}" for k, v in data["machine"].items())
-            + f"\n\n{text.strip()}\n")
+        (opts.rerender / "results.md").write_text(f"{header(data)}\n\n{text.strip()}\n")
         return
     pairs, modes = opts.pairs.split(","), opts.modes.split(",")
     if bad := [p for p in pairs if p not in TASKS] + [m for m in modes if m not in MODES]:

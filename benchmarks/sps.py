@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-from benchmarks.common import write_results
+from benchmarks.common import header, write_results
 from leanrl_utils.events import read_scalars
 
 
@@ -100,8 +100,7 @@ def main() -> None:
     opts = parser.parse_args()
     if opts.rerender:
         data = json.loads((opts.rerender / "results.json").read_text())
-        header = (f"Command: `{data['command']}`\n\nMachine: " + ", ".join(f"{k} {v}" for k, v in data["machine"].items()))
-        (opts.rerender / "results.md").write_text(f"{header}\n\n{table(data)}\n")
+        (opts.rerender / "results.md").write_text(f"{header(data)}\n\n{table(data)}\n")
         return
     if not opts.configs or opts.steps is None:
         parser.error("give the configurations and --steps (or --rerender FOLDER)")

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import write_results
-from benchmarks.sps import run_once
+from benchmarks.sps import run_once, verdict
 from leanrl_utils.events import wandb_history
 
 # pair: (our best mode, our flags, total steps, [(name, LeanRL script, its flags, S0 or None, from-step or None)])
@@ -84,6 +84,27 @@ def leanrl_fps(leanrl: Path, pydeps: str, script: str, flags: str, env_id: str, 
     return (last - frm) / (times[last] - times[frm])
 
 
+def checkout(leanrl: Path, pydeps: str) -> dict:
+    """What was run as LeanRL: its commit, the local commits on top of the upstream one (the fixes), changes
+    left uncommitted, and the packages put on its path."""
+    def git(*args):
+        proc = subprocess.run(["git", "-C", str(leanrl), *args], capture_output=True, text=True)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+    local = git("log", "--format=%h %s", "HEAD", "--not", "--remotes").splitlines()
+    return {"commit": git("rev-parse", "HEAD"), "upstream": git("rev-parse", f"HEAD~{len(local)}") if local else "",
+            "local commits": local, "uncommitted": git("status", "--porcelain").splitlines(),
+            "pydeps": sorted(p.name.removesuffix(".dist-info") for p in Path(pydeps).glob("*.dist-info")) if pydeps else []}
+
+
+def describe(state: dict) -> list[str]:
+    lines = [f"LeanRL: upstream commit {state['upstream'][:7] or state['commit'][:7]}, run at {state['commit'][:7]}"
+             + (" with these local fixes:" if state["local commits"] else " (no local commit)")]
+    lines += [f"- {c}" for c in state["local commits"]]
+    lines += [f"Uncommitted changes: {', '.join(state['uncommitted']) or 'none'}. On its path: "
+              f"{', '.join(state['pydeps']) or 'nothing'}.", ""]
+    return lines
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--leanrl", type=Path, required=True, help="a LeanRL checkout, fixed to run (see above)")
@@ -96,7 +117,8 @@ def main():
     if unknown or not (opts.leanrl / "leanrl").is_dir() or opts.rounds < 1:
         parser.error(f"unknown pairs {unknown}" if unknown else "--rounds must be at least 1" if opts.rounds < 1
                      else f"--leanrl {opts.leanrl}: not a LeanRL checkout (no leanrl/ folder)")
-    lines, data = [], {}
+    state = checkout(opts.leanrl, opts.pydeps)
+    lines, data = describe(state), {}
     for pair in opts.pairs.split(","):
         ours, args, total, theirs = PAIRS[pair]
         env_id, common = shlex.split(args)[1], shlex.split(args)[2:]
@@ -114,9 +136,10 @@ def main():
                   "| configuration | fps (median) | per round |", "|---|---|---|"]
         lines += [f"| {k} | {statistics.median(v):.1f} | {', '.join(f'{x:.1f}' for x in v)} |" for k, v in fps.items()]
         lines += ["", f"ours / LeanRL's best ({best}): median {statistics.median(ratios):.2f}x, per round "
-                  + ", ".join(f"{x:.2f}" for x in ratios), ""]
+                  + ", ".join(f"{x:.2f}" for x in ratios) + f"; by the tie rule (min-max ranges), "
+                  f"{verdict(fps[ours], fps[best])}", ""]
         data[pair] = fps
-    write_results(opts.out, "\n".join(lines), {"fps": data})
+    write_results(opts.out, "\n".join(lines), {"leanrl": state, "fps": data})
 
 
 if __name__ == "__main__":
