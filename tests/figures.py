@@ -66,6 +66,11 @@ def words(text: str) -> set[str]:
     return {stem(w) for w in re.findall(r"[a-z][a-z0-9]*", text) if w not in STOP}
 
 
+def header_words(text: str) -> set[str]:
+    """A column header's words, its numbers kept: "batch 64" and "batch 1" are different columns."""
+    return words(text) | set(re.findall(r"\d+", text))
+
+
 def cells_of(line: str) -> list[str]:
     return line.strip().strip("|").split("|")
 
@@ -199,7 +204,7 @@ def page_figures(page: Path) -> list[Figure]:
             own = sources(page, [line])
             for j, (figure, cell) in enumerate(found):
                 out.append(Figure(page, n, figure, key(line, j), words(labels),
-                                  words(header[cell]) if cell < len(header) else set(), words(heading),
+                                  header_words(header[cell]) if cell < len(header) else set(), words(heading),
                                   own + [s for s in section_sources if s not in own], len(own)))
             seen[mask(line)] += 1
     return out
@@ -242,7 +247,7 @@ def source_numbers(path: Path) -> tuple[Number, ...]:
             for match in SOURCE_NUMBER.finditer(part.replace(",", "")):
                 after = part.replace(",", "")[match.end():match.end() + 1]
                 out.append(Number(float(match.group()), f"{rel(path)} | {m} | {occurrence} | {index}",
-                                  words(line), words(header[cell]) if header and cell is not None and cell < len(header)
+                                  words(line), header_words(header[cell]) if header and cell is not None and cell < len(header)
                                   else set(), words(heading),
                                   after == "%" or path.suffix == ".json", after))
                 index += 1
@@ -265,14 +270,19 @@ def bind(figure: Figure) -> str | None:
     """The key of the number that holds the figure: of the numbers that equal it in the sources its row or
     paragraph links (else in its section's), the one whose words are most like the figure's (row and
     column, or sentence; then heading)."""
-    for group in (figure.sources[:figure.own], figure.sources):
+    unit = figure.text.rstrip()[-1]
+    # a ratio or a percentage is bound to a number written as one where there is such a number, so that a
+    # ratio never lands on an equal time or count in the same file
+    same_unit = [lambda n: n.unit == unit or (unit == "%" and n.percent), lambda n: True] if unit in "%x" else \
+        [lambda n: True]
+    for group, wanted in ((g, w) for w in same_unit for g in (figure.sources[:figure.own], figure.sources)):
         best, best_score = None, None
         for path in group:
             for number in source_numbers(path):
-                if not holds(figure.text, number):
+                if not holds(figure.text, number) or not wanted(number):
                     continue
-                unit = figure.text.rstrip()[-1]
                 score = (len(figure.context & (number.context | (number.header if not figure.header else set())))
+                         + 0.5 * len(figure.context & number.heading)  # a row's label and the source's section
                          + 2 * len(figure.header & number.header)
                          + 0.5 * len(figure.heading & (number.heading | number.context))
                          + (3 if unit in "%x" and number.unit == unit else 0)

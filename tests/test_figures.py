@@ -26,6 +26,16 @@ def test_every_figure_is_the_number_it_is_bound_to(page):
     assert not wrong, "\n".join(wrong)
 
 
+def test_no_two_figures_of_a_line_share_a_number():
+    """Two figures of one line (a table row, a sentence) are two numbers: bound to the same number of a source,
+    one of them was bound by its value to another row or column than its own."""
+    by_line = {}
+    for f in FIGURES:
+        by_line.setdefault((F.rel(f.page), f.lineno, BINDINGS.get(f.key)), []).append(f.text)
+    shared = [f"{page}:{line} {texts} -> {key}" for (page, line, key), texts in by_line.items() if key and len(texts) > 1]
+    assert not shared, "\n".join(shared)
+
+
 def test_no_binding_is_left_that_no_figure_uses():
     unused = set(BINDINGS) - {f.key for f in FIGURES}
     assert not unused, ("bindings of figures that are gone (`python tests/figures.py --bind` drops them): "
