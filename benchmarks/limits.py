@@ -173,7 +173,9 @@ def classify(frames: list[str], script_file: str, main: Main) -> str:
 #   with or without the actor step), JAX's calls waited for; each call's start (wall clock, as TensorBoard's
 #   event times) and duration go to a JSON file at exit (the scripts exit through atexit on a Ctrl-C).
 LAUNCHER = """
-import atexit, json, runpy, sys, time
+import atexit, json, runpy, signal, sys, time
+# a Ctrl-C raises KeyboardInterrupt even where this was started with SIGINT ignored (a background job)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 out, script = sys.argv[1], sys.argv[2]
 sys.argv = sys.argv[2:]
 calls = {}
