@@ -5,7 +5,7 @@
 
 The split: each script runs as a user runs it (the speed table's task and flags), and once its warm-up is
 over (its progress bar shows fps, which it does from the first `charts/SPS` on), py-spy samples it from
-outside for `--seconds`. A sample of the main thread counts for:
+outside for `--seconds`, or longer where the run logs its fps less often (the window holds four points). A sample of the main thread counts for:
 - environment: any frame in gymnasium, envpool or MuJoCo (the wrappers included);
 - logging: TensorBoard, tqdm, wandb, the scripts' Speed and episode bookkeeping, explained variance;
 - storage: the replay buffer (writes and sampling), the rollout's writes;
@@ -221,7 +221,7 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
-def profile(script: str, args: list[str], seconds: float, rate: int, timeout: float) -> dict:
+def profile(script: str, args: list[str], seconds: float, rate: int, timeout: float, steps_per_point: int = 100) -> dict:
     """Run a script until its warm-up is over, sample it with py-spy for `seconds`, stop it with a Ctrl-C (it
     keeps its logs). Returns, all from that one run: the fraction of main-thread samples per category, the
     samples, the fps over the window (its own charts/SPS points) and its compiled pieces in the window."""
@@ -235,11 +235,16 @@ def profile(script: str, args: list[str], seconds: float, rate: int, timeout: fl
         threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(256), "")), daemon=True).start()
         try:
             deadline = time.monotonic() + timeout
+
             while "fps=" not in "".join(err)[-4000:]:  # the first charts/SPS: the warm-up is over
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"limits: {script} {' '.join(args)}: never reached its steady state:\n"
                                      + "".join(err)[-2000:])
                 time.sleep(0.2)
+            # the window holds several of the run's own fps points: a run that logs once an iteration (PPO)
+            # logs every `steps_per_point` steps, which at its fps can be more than the seconds asked for
+            shown = float(re.findall(r"fps=(\d+)", "".join(err))[-1])
+            seconds = max(seconds, 4 * steps_per_point / max(shown, 1.0) + 1)
             raw = Path(tmp) / "raw.txt"
             start = time.time()
             # --idle: a main thread that waits (for envpool's threads, for XLA's) is sampled too
@@ -283,6 +288,14 @@ def profile(script: str, args: list[str], seconds: float, rate: int, timeout: fl
 # --------------------------------------------------------------------------------------------------
 # The hard bound
 # --------------------------------------------------------------------------------------------------
+def steps_per_point(pair: str) -> int:
+    """Steps between two charts/SPS points of a pair's scripts: an iteration for PPO, 100 steps otherwise."""
+    if pair.startswith("ppo"):
+        args = load_script(PAIRS[pair]).Args()
+        return args.num_envs * args.num_steps
+    return 100
+
+
 def environment_alone(pair: str, steps: int) -> float:
     """Environment steps per second: the eager script's own environment, random actions."""
     m = load_script(PAIRS[pair])
@@ -613,7 +626,7 @@ def main():
             counted = PAIRS[pair] + ("" if mode == "eager" else "_torchcompile")
             flops = flops_per_step(pair, counted)
             result = profile(script, [*TASKS[pair], "--total-timesteps", "10000000", *flags], opts.seconds, opts.rate,
-                             opts.timeout)
+                             opts.timeout, steps_per_point(pair))
             # a reference needs the environment outside the pieces: JAX's Atari twin steps envpool inside its jitted
             # rollout, so its pieces hold the environment's time already
             pieces = result["pieces"] if result["fractions"]["environment + acting"] == 0 else {}
