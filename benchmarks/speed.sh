@@ -17,3 +17,4 @@ python -m benchmarks.sps --rounds 5 --steps 40000 --env-id CartPole-v1 --out "$o
   dqn dqn_torchcompile "dqn_torchcompile --compile" dqn_jax
 python -m benchmarks.sps --rounds 3 --steps 12000 --env-id Breakout-v5 --args="--learning-starts 8000 --buffer-size 100000" --out "$out/dqn_atari" \
   dqn_atari_envpool dqn_atari_envpool_torchcompile "dqn_atari_envpool_torchcompile --compile" dqn_atari_envpool_jax
+python -m benchmarks.sps --summary "$out"

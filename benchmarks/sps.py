@@ -9,7 +9,8 @@ so that the machine's drift between rounds cancels), each round's ratio, the ver
 the first configuration by the tie rule of docs/ (faster or slower when the min-max ranges do not
 overlap, a tie when they do), median warm-up. With --out, the table and every run's figures are
 also written there (results.md, results.json); --rerender FOLDER rewrites a folder's results.md
-from its results.json (its recorded command and machine kept).
+from its results.json (its recorded command and machine kept); --summary FOLDER writes the families'
+table of docs/speed.md (FOLDER/summary.md) from a sitting of benchmarks/speed.sh.
 
     python -m benchmarks.sps --rounds 3 --steps 7000 --args="--learning-starts 5000" \
         sac_continuous_action sac_continuous_action_torchcompile \
@@ -86,6 +87,37 @@ def table(data: dict) -> str:
     return "\n".join(lines)
 
 
+FAMILIES = {"sac": "SAC", "td3": "TD3", "ppo_continuous": "PPO continuous", "ppo_atari": "PPO Atari", "dqn": "DQN",
+            "dqn_atari": "DQN Atari"}
+
+
+def summary(folder: Path) -> str:
+    """The speed table of docs/speed.md from a sitting's folders (FOLDER/<family>/results.json, each run by
+    benchmarks/speed.sh with the configurations eager, optimized with no flag, --compile, JAX, in that order):
+    per family the median fps, each mode's median ratio to eager and its tie-rule verdict against eager, the
+    warm-ups, and --compile against the JAX twin (the median of the rounds' ratios, and the verdict)."""
+    lines = ["| family | eager fps | no flag fps (x eager) | `--compile` fps (x eager) | `--compile` warm-up (s) | "
+             "JAX fps (x eager) | JAX warm-up (s) | `--compile` / JAX (median of the rounds' ratios) | "
+             "`--compile` against JAX | source |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for family, name in FAMILIES.items():
+        path = folder / family / "results.json"
+        if not path.exists():
+            continue
+        runs = json.loads(path.read_text())["runs"]
+        eager, none, compiled, jax = (runs[c] for c in runs)  # speed.sh's order
+        sps = {k: [r["sps"] for r in v] for k, v in dict(eager=eager, none=none, compiled=compiled, jax=jax).items()}
+
+        def cell(key):
+            ratio = statistics.median(x / y for x, y in zip(sps[key], sps["eager"]))
+            return f"{statistics.median(sps[key]):.1f} ({ratio:.2f}x, {verdict(sps[key], sps['eager'])})"
+        warm = {k: statistics.median(r["warmup"] for r in v) for k, v in dict(compiled=compiled, jax=jax).items()}
+        against = statistics.median(x / y for x, y in zip(sps["compiled"], sps["jax"]))
+        lines.append(f"| {name} | {statistics.median(sps['eager']):.1f} | {cell('none')} | {cell('compiled')} | "
+                     f"{warm['compiled']:.1f} | {cell('jax')} | {warm['jax']:.1f} | {against:.2f}x | "
+                     f"{verdict(sps['compiled'], sps['jax'])} | [results]({family}/results.md) |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("configs", nargs="*", help="script name (in leanrl/) and its flags, quoted together; leading "
@@ -97,7 +129,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write results.md and results.json here")
     parser.add_argument("--rerender", type=Path, default=None, metavar="FOLDER",
                         help="rewrite FOLDER/results.md from FOLDER/results.json, and nothing else")
+    parser.add_argument("--summary", type=Path, default=None, metavar="FOLDER",
+                        help="write FOLDER/summary.md, the families' table, from FOLDER/<family>/results.json")
     opts = parser.parse_args()
+    if opts.summary:
+        text = summary(opts.summary)
+        (opts.summary / "summary.md").write_text(f"Command: `python -m benchmarks.sps --summary {opts.summary}` "
+                                                 f"(from the results.json of each family below)\n\n{text}\n")
+        print(text)
+        return
     if opts.rerender:
         data = json.loads((opts.rerender / "results.json").read_text())
         (opts.rerender / "results.md").write_text(f"{header(data)}\n\n{table(data)}\n")

@@ -43,6 +43,26 @@ def test_sps_benchmark(tmp_path):
     assert (tmp_path / "results.md").read_text().startswith("Command: `python -m benchmarks.sps --rounds 2")
 
 
+def test_speed_summary_is_computed_from_the_rounds(tmp_path):
+    """docs/speed.md's table, from a sitting's results.json: each mode's median fps, its median ratio to eager
+    over the rounds and its verdict by the tie rule, and --compile against JAX the same way (a made-up
+    sitting of one family, where --compile ties with eager and beats JAX on every round)."""
+    from benchmarks.sps import summary
+
+    def runs(*fps):
+        return [{"sps": x, "warmup": 1.5, "wall": 9.0} for x in fps]
+    data = {"runs": {"sac_continuous_action": runs(100, 110, 90), "sac_continuous_action_torchcompile": runs(120, 99, 95),
+                     "sac_continuous_action_torchcompile --compile": runs(200, 220, 210),
+                     "sac_continuous_action_jax": runs(150, 230, 140)}}
+    (tmp_path / "sac").mkdir()
+    (tmp_path / "sac" / "results.json").write_text(json.dumps(data))
+    row = table_rows(summary(tmp_path))[1]
+    assert row[:2] == ["SAC", "100.0"]
+    assert row[2] == "99.0 (1.06x, tie)"  # ratios 1.20, 0.90, 1.06: their median
+    assert row[3] == "210.0 (2.00x, faster)" and row[5] == "150.0 (1.56x, faster)"
+    assert row[7] == "1.33x" and row[8] == "tie"  # 200/150, 220/230, 210/140; the ranges overlap
+
+
 def test_envpool_async_benchmark(tmp_path):
     out = bench("-m", "benchmarks.optimizations_envpool_async", "--steps", "32", "--rounds", "2", "--num-envs", "2", "--out", str(tmp_path))
     rows = table_rows(out)
