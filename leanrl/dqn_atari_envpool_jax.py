@@ -351,11 +351,7 @@ def main(args: Args) -> None:
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
     np.random.seed(args.seed)
-    if args.torch_deterministic and "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
-        # read when JAX starts its backend, at the first array below (the CPU's kernels are deterministic anyway)
-        os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true"
-    if not args.cuda:
-        jax.config.update("jax_platforms", "cpu")
+    use_device(args)  # before any array is made: JAX picks its backend at the first one
     key = jax.random.key(args.seed)
     key, q_key = jax.random.split(key)
     # the torch device only serves the evaluation of the saved model (leanrl_utils/evals.py plays it in torch)
@@ -502,6 +498,16 @@ def check_args(args: Args) -> None:
         fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
     if args.batch_size > args.buffer_size:
         fail(f"--batch-size ({args.batch_size}) must not exceed --buffer-size ({args.buffer_size})")
+
+
+def use_device(args: Args) -> None:
+    """--cuda off: the CPU even where JAX has a GPU; --torch-deterministic: XLA's deterministic GPU kernels,
+    unless XLA_FLAGS already sets that flag (the user's value wins). Both are read when JAX starts its
+    backend, at the first array: call this before any. The CPU's kernels are deterministic anyway."""
+    if not args.cuda:
+        jax.config.update("jax_platforms", "cpu")
+    if args.torch_deterministic and "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
 
 
 def fail(message: str) -> None:

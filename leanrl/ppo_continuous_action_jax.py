@@ -379,11 +379,7 @@ def main(args: Args) -> None:
     # TRY NOT TO MODIFY: seeding (JAX's PRNG key; the environments as the eager script)
     random.seed(args.seed)
     np.random.seed(args.seed)
-    flag = "--xla_gpu_deterministic_ops=true"
-    if args.torch_deterministic and flag not in os.environ.get("XLA_FLAGS", ""):  # read when XLA's backend starts
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
-    if not args.cuda:
-        jax.config.update("jax_platforms", "cpu")
+    use_device(args)  # before any array is made: JAX picks its backend at the first one
     key = jax.random.key(args.seed)
     key, agent_key = jax.random.split(key)
 
@@ -503,13 +499,23 @@ def check_args(args: Args) -> None:
             fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
     if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
         fail(f"--gamma and --gae-lambda must be in [0, 1], got {args.gamma} and {args.gae_lambda}")
-    if args.target_kl is not None and args.target_kl <= 0:
-        fail(f"--target-kl must be positive (or left unset), got {args.target_kl}")
+    if args.target_kl is not None and args.target_kl < 0:
+        fail(f"--target-kl must be >= 0 (or left unset), got {args.target_kl}")
     batch = args.num_envs * args.num_steps
     if batch % args.num_minibatches != 0:
         fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
     if args.total_timesteps < batch:
         fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch (--num-envs x --num-steps = {batch})")
+
+
+def use_device(args: Args) -> None:
+    """--cuda off: the CPU even where JAX has a GPU; --torch-deterministic: XLA's deterministic GPU kernels,
+    unless XLA_FLAGS already sets that flag (the user's value wins). Both are read when JAX starts its
+    backend, at the first array: call this before any. The CPU's kernels are deterministic anyway."""
+    if not args.cuda:
+        jax.config.update("jax_platforms", "cpu")
+    if args.torch_deterministic and "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
 
 
 def fail(message: str) -> None:

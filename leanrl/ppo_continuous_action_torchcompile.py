@@ -537,8 +537,8 @@ def check_args(args: Args) -> None:
             fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
     if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
         fail(f"--gamma and --gae-lambda must be in [0, 1], got {args.gamma} and {args.gae_lambda}")
-    if args.target_kl is not None and args.target_kl <= 0:
-        fail(f"--target-kl must be positive (or left unset), got {args.target_kl}")
+    if args.target_kl is not None and args.target_kl < 0:
+        fail(f"--target-kl must be >= 0 (or left unset), got {args.target_kl}")
     batch = args.num_envs * args.num_steps
     if batch % args.num_minibatches != 0:
         fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")

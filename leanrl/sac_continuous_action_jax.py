@@ -135,7 +135,8 @@ def make_env(env_id: str, seed: int, capture_video: bool = False, run_name: str 
 # ALGO LOGIC: initialize agent here:
 class Linear(nn.Module):
     """torch's nn.Linear: `x @ kernel + bias`, kernel and bias both drawn from U(-1/sqrt(fan_in),
-    1/sqrt(fan_in)) as torch's default init does (flax's Dense has no bias init that knows fan_in).
+    1/sqrt(fan_in)) as torch's default init does (flax's bias initialisers see only the bias's shape: the DQN
+    twins pass the fan-in to `nn.Dense` instead; here the layer reads it from its input).
     The kernel is torch's weight transposed: (in, out)."""
 
     features: int
@@ -470,13 +471,13 @@ def check_args(args: Args) -> None:
 
 
 def use_device(args: Args) -> None:
-    """--cuda off: the CPU even where JAX has a GPU; --torch-deterministic: XLA's deterministic GPU kernels
-    (the flag is read when the GPU backend starts; the CPU's kernels are deterministic anyway)."""
+    """--cuda off: the CPU even where JAX has a GPU; --torch-deterministic: XLA's deterministic GPU kernels,
+    unless XLA_FLAGS already sets that flag (the user's value wins). Both are read when JAX starts its
+    backend, at the first array: call this before any. The CPU's kernels are deterministic anyway."""
     if not args.cuda:
         jax.config.update("jax_platforms", "cpu")
-    flag = "--xla_gpu_deterministic_ops=true"
-    if args.torch_deterministic and flag not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
+    if args.torch_deterministic and "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
 
 
 def fail(message: str) -> None:

@@ -532,3 +532,26 @@ def test_the_gpu_comparison_catches_frozen_inputs(pair, tmp_path):
                           cwd=frozen_dir, env=ENV, capture_output=True, text=True, timeout=900)
     frozen = Run(proc.returncode, proc.stdout, proc.stderr, frozen_dir).check()
     assert log_differences(frozen, reference, tags, upto_step=upto, **TOL), "frozen inputs went unnoticed"
+
+
+def test_the_jax_twins_pick_their_device_one_way(monkeypatch):
+    """The six JAX twins share one `use_device`: --torch-deterministic adds XLA's deterministic GPU kernels to
+    XLA_FLAGS once, after what the user set there, and leaves a value the user gave for that flag alone."""
+    pytest.importorskip("jax")
+    import inspect
+    import os
+
+    twins = [s for s in CHECKED if s.endswith("_jax")]
+    sources = {inspect.getsource(load_script(s).use_device) for s in twins}
+    assert len(twins) == 6 and len(sources) == 1, f"{len(sources)} versions of use_device in {twins}"
+    module = load_script(twins[0])
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    module.use_device(module.Args())
+    module.use_device(module.Args())
+    assert os.environ["XLA_FLAGS"] == "--xla_cpu_enable_fast_math=false --xla_gpu_deterministic_ops=true"
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_deterministic_ops=false")
+    module.use_device(module.Args())
+    assert os.environ["XLA_FLAGS"] == "--xla_gpu_deterministic_ops=false"
+    monkeypatch.delenv("XLA_FLAGS")
+    module.use_device(module.Args(torch_deterministic=False))
+    assert "XLA_FLAGS" not in os.environ

@@ -345,3 +345,55 @@ def test_train_step_over_four_updates_equals_the_eager_scripts(pair, monkeypatch
     for name, value in infos[0].items():
         np.testing.assert_allclose(float(value), logged[f"losses/{name}"], **LOSS_TOLERANCE, err_msg=name)
     assert_updated_weights(state, recorded, TRAIN_STEP_TOLERANCE, targets=True)
+
+
+@pytest.mark.parametrize("pair", TAGS)
+def test_train_step_jitted_equals_its_python_and_uses_every_key_once(pair, monkeypatch):
+    """The test above runs `train_step` under `jax.disable_jit()` (its draws are fed in by Python); here the
+    compiled program the training loop runs is compared with that Python over four updates from the same
+    state, key and buffer (two with the delayed actor step, every target update, at tau 0.5), and the keys
+    the Python run hands to its draws (the batch indices, every Gaussian) are all different: a key used
+    twice would draw the same numbers twice."""
+    module = load_script(twin(pair))
+    args = module.Args(env_id="Pendulum-v1", cuda=False, batch_size=32, tau=0.5)
+    env = module.make_env("Pendulum-v1", seed=0)
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    low, high = env.action_space.low, env.action_space.high
+    actor = module.Actor(action_scale=np.float32((high - low) / 2.0), action_bias=np.float32((high + low) / 2.0))
+    qnet = module.SoftQNetwork() if pair == "sac" else module.QNetwork()
+    keys = jax.random.split(jax.random.key(3), 3)
+    obs0, act0 = jnp.zeros((1, obs_dim)), jnp.zeros((1, act_dim))
+    state = module.make_train_state(args, actor.init(keys[0], obs0),
+                                    jax.vmap(qnet.init, in_axes=(0, None, None))(jax.random.split(keys[1], 2), obs0, act0))
+    fns = (module.make_update_fns(args, actor, qnet, target_entropy=-float(act_dim)) if pair == "sac"
+           else module.make_update_fns(args, actor, qnet, low, high))
+    rng = np.random.default_rng(0)
+    rb = module.buffer_init(64, obs_dim, act_dim)
+    rb = rb._replace(**{f: jnp.asarray(rng.normal(size=getattr(rb, f).shape), jnp.float32) for f in rb._fields[:5]},
+                     size=jnp.int32(64))
+
+    def run(state, key):
+        infos = []
+        for policy_update in (True, False, True, False):
+            flags = dict(policy_update=policy_update) | (dict(target_update=True) if pair == "sac" else {})
+            state, key, info = fns.train_step(state, rb, key, **flags)
+            infos.append(info)
+        return state, infos
+
+    # train_step donates its state (its buffers are reused for the result): the Python run gets a copy
+    start = jax.tree.map(jnp.copy, state)
+    compiled = run(state, keys[2])
+    used, normal, randint = [], jax.random.normal, jax.random.randint
+
+    def recording(draw):
+        def call(key, *a, **k):
+            used.append(tuple(np.asarray(jax.random.key_data(key)).ravel()))
+            return draw(key, *a, **k)
+        return call
+    monkeypatch.setattr(jax.random, "normal", recording(normal))
+    monkeypatch.setattr(jax.random, "randint", recording(randint))
+    with jax.disable_jit():
+        python = run(start, keys[2])
+    assert len(used) >= 8 and len(set(used)) == len(used), f"{len(used) - len(set(used))} keys used twice"
+    for a, b in zip(jax.tree.leaves(compiled), jax.tree.leaves(python)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
