@@ -95,7 +95,8 @@ mkdir -p "$out/logs" || die "cannot create '$out'"
 out=$(cd "$out" && pwd)
 "$PYTHON" -c "import json; from leanrl_utils.machine import describe_machine; \
 json.dump(describe_machine(), open('$out/hardware.json', 'w'), indent=1)"
-echo "$command" > "$out/command.txt"
+# a folder filled by several invocations (a rerun resumes, another --scripts adds pairs) records each
+grep -qxF -- "$command" "$out/command.txt" 2>/dev/null || echo "$command" >> "$out/command.txt"
 if [ -n "$preset" ]; then
   "$PYTHON" -c "import json; from leanrl_utils.presets import load; \
 json.dump(load('$preset'), open('$out/preset.json', 'w'), indent=1)"

@@ -33,7 +33,8 @@ run, so that every figure of the table can be recomputed from the CSVs alone.
 
 The headline plot is the return against wall-clock time: one panel per pair, the
 median over seeds with the min-max band, one colour per mode. Every figure names
-the command (`command.txt`, written by run.sh) and the hardware. Runs that logged
+the command (`command.txt`, written by run.sh: one line per invocation that filled
+the folder) and the hardware. Runs that logged
 no fps (stopped early, failed) are listed apart and left out of the table and the
 plots, as are the failures `run.sh`
 recorded (`*.failed` files beside the runs) and the runs it started that have not
@@ -233,9 +234,14 @@ def build(root: Path, out: Path) -> Path:
     preset = json.loads((root / "preset.json").read_text()) if (root / "preset.json").exists() else None
     thresholds = {} if preset is None else {PAIRS[p]: spec["threshold"] for p, spec in preset["pairs"].items()}
     last = preset.get("last_episodes", LAST_EPISODES) if preset else LAST_EPISODES
-    command = (root / "command.txt").read_text().strip() if (root / "command.txt").exists() else "(not recorded)"
+    commands = (root / "command.txt").read_text().split("\n") if (root / "command.txt").exists() else []
+    commands = [c.strip() for c in commands if c.strip()]
+    if len(commands) > 1:  # run.sh records each invocation that filled the folder
+        command = "Commands, in this order: " + ", then ".join(f"`{c}`" for c in commands)
+    else:
+        command = f"Command: `{commands[0]}`" if commands else "Command: (not recorded)"
     machine = ", ".join(f"{k} {v}" for k, v in hw.items() if k != "note")
-    lines = ["# leanrl: eager vs optimized", "", f"Command: `{command}`", "", f"Hardware: {machine}", ""]
+    lines = ["# leanrl: eager vs optimized", "", command, "", f"Hardware: {machine}", ""]
     if "note" in hw:
         lines += [f"Note: {hw['note']}.", ""]
     if preset:
