@@ -5,7 +5,8 @@
 
 The split: each script runs as a user runs it (the speed table's task and flags), and once its warm-up is
 over (its progress bar shows fps, which it does from the first `charts/SPS` on), py-spy samples it from
-outside for `--seconds`, or longer where the run logs its fps less often (the window holds four points). A sample of the main thread counts for:
+outside for `--seconds`, or longer where the run logs its fps less often (the window holds four points).
+A sample of the main thread counts for:
 - environment: any frame in gymnasium, envpool or MuJoCo (the wrappers included);
 - logging: TensorBoard, tqdm, wandb, the scripts' Speed and episode bookkeeping, explained variance;
 - storage: the replay buffer (writes and sampling), the rollout's writes;
@@ -221,6 +222,14 @@ runpy.run_path(script, run_name="__main__")
 """
 
 
+def steps_per_point(pair: str) -> int:
+    """Steps between two charts/SPS points of a pair's scripts: an iteration for PPO, 100 steps otherwise."""
+    if pair.startswith("ppo"):
+        args = load_script(PAIRS[pair]).Args()
+        return args.num_envs * args.num_steps
+    return 100
+
+
 def profile(script: str, args: list[str], seconds: float, rate: int, timeout: float, steps_per_point: int = 100) -> dict:
     """Run a script until its warm-up is over, sample it with py-spy for `seconds`, stop it with a Ctrl-C (it
     keeps its logs). Returns, all from that one run: the fraction of main-thread samples per category, the
@@ -235,7 +244,6 @@ def profile(script: str, args: list[str], seconds: float, rate: int, timeout: fl
         threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(256), "")), daemon=True).start()
         try:
             deadline = time.monotonic() + timeout
-
             while "fps=" not in "".join(err)[-4000:]:  # the first charts/SPS: the warm-up is over
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"limits: {script} {' '.join(args)}: never reached its steady state:\n"
@@ -288,14 +296,6 @@ def profile(script: str, args: list[str], seconds: float, rate: int, timeout: fl
 # --------------------------------------------------------------------------------------------------
 # The hard bound
 # --------------------------------------------------------------------------------------------------
-def steps_per_point(pair: str) -> int:
-    """Steps between two charts/SPS points of a pair's scripts: an iteration for PPO, 100 steps otherwise."""
-    if pair.startswith("ppo"):
-        args = load_script(PAIRS[pair]).Args()
-        return args.num_envs * args.num_steps
-    return 100
-
-
 def environment_alone(pair: str, steps: int) -> float:
     """Environment steps per second: the eager script's own environment, random actions."""
     m = load_script(PAIRS[pair])

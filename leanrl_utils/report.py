@@ -234,8 +234,8 @@ def build(root: Path, out: Path) -> Path:
     preset = json.loads((root / "preset.json").read_text()) if (root / "preset.json").exists() else None
     thresholds = {} if preset is None else {PAIRS[p]: spec["threshold"] for p, spec in preset["pairs"].items()}
     last = preset.get("last_episodes", LAST_EPISODES) if preset else LAST_EPISODES
-    commands = (root / "command.txt").read_text().split("\n") if (root / "command.txt").exists() else []
-    commands = [c.strip() for c in commands if c.strip()]
+    recorded = (root / "command.txt").read_text() if (root / "command.txt").exists() else ""
+    commands = [c.strip() for c in recorded.splitlines() if c.strip()]
     if len(commands) > 1:  # run.sh records each invocation that filled the folder
         command = "Commands, in this order: " + ", then ".join(f"`{c}`" for c in commands)
     else:
