@@ -3,9 +3,11 @@ eager script logs, a seed gives the same numbers twice, GAE matches its definiti
 script's, the acting step (the continuous twin's jitted step; the Atari twin's whole jitted rollout, fed
 the eager rollout's frames) stores the eager script's observations, done flags, values and logprobs from the
 same weights, the first update computes the eager script's losses and clip fractions and parameters from the
-same weights, batch and permutations, the checkpoint loads into the eager script's Agent and computes the same
-function, the Atari rollout (envpool's XLA interface, inside jit) steps the games as host stepping
-does, and the continuous twin learns InvertedPendulum as its eager pair does."""
+same weights, batch and permutations, the jitted update that main() calls (GAE, returns, the mask and what is
+logged inside it) gives the eager script's logged values and parameters over two iterations (the Adam
+moments carried from one to the next, the rate annealed), the checkpoint loads into the eager script's Agent
+and computes the same function, the Atari rollout (envpool's XLA interface, inside jit) steps the games as
+host stepping does, and the continuous twin learns InvertedPendulum as its eager pair does."""
 
 import sys
 
@@ -18,7 +20,9 @@ import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 import torch  # noqa: E402
 import tyro  # noqa: E402
-from helpers import assert_identical_logs, check_flag_run, learns_and_plays_back, load_script, PPO_LOSSES, run_script  # noqa: E402
+from helpers import (assert_identical_logs, check_flag_run, learns_and_plays_back, load_script,  # noqa: E402
+                     PPO_LOSSES, run_script, with_flag)
+from leanrl_utils.events import read_scalars  # noqa: E402
 # the pairs' own definitions, so that the twins are held to the same data and thresholds
 from test_ppo_atari import EXPECTED as ATARI_TRACE_EXPECTED  # noqa: E402
 from test_ppo_atari import SHORT as ATARI_SHORT  # noqa: E402
@@ -46,6 +50,8 @@ def test_short_run_logs_what_the_eager_script_logs(script, cached_run):
     for tag in eager.scalars:
         if tag not in GAMES or script == CONTINUOUS_JAX:  # Pendulum's episodes: 200 steps, whatever the actions
             assert [s for s, _ in run.scalars[tag]] == [s for s, _ in eager.scalars[tag]], tag
+    # the rate main() anneals and hands to its update, iteration by iteration, is the eager script's
+    assert run.values("charts/learning_rate") == pytest.approx(eager.values("charts/learning_rate"), rel=1e-6)
 
 
 @pytest.mark.parametrize("script", sorted(TWINS))
@@ -76,13 +82,18 @@ def test_gae_matches_its_definition_and_the_eager_script(script, seed):
 
 # --- the first update against the eager script's --------------------------------------------------
 
-def record_eager_update(monkeypatch, tmp_path, script: str, *flags: str) -> dict:
-    """Run the eager script's main() in this process for one iteration, with hooks that record what
-    it computes: its Agent's initial weights (when its Adam is built), its permutations (torch.randperm),
-    and at each optimizer step the losses it just computed, read from main()'s own frame, and the
-    parameters after the step; at the first step, the rollout batch and its GAE inputs and output."""
+BATCH_NAMES = ("rewards", "values", "dones", "next_obs", "next_value", "next_done", "advantages")
+
+
+def record_eager_update(monkeypatch, tmp_path, script: str, *flags: str, perms=None) -> dict:
+    """Run the eager script's main() in this process, with hooks that record what it computes: its
+    Agent's initial weights (when its Adam is built), its permutations (torch.randperm; or, given
+    `perms`, those, handed out in order instead of drawn), and at each optimizer step the losses it just
+    computed, read from main()'s own frame, and the parameters after the step; at the first step of each
+    iteration, the rollout batch, its GAE inputs and output and the learning rate (`record["iterations"]`;
+    the first one's batch is also `record["batch"]`)."""
     module = load_script(script)
-    record = {"perms": [], "steps": []}
+    record = {"perms": [], "steps": [], "iterations": []}
 
     def main_frame():
         frame = sys._getframe(1)
@@ -98,23 +109,27 @@ def record_eager_update(monkeypatch, tmp_path, script: str, *flags: str) -> dict
 
         def step(self, closure=None):
             local = main_frame()
+            if not record["iterations"] or record["iterations"][-1]["iteration"] != local["iteration"]:
+                batch = {name: local[name].detach().clone() for name in local
+                         if name.startswith("b_") or name in BATCH_NAMES}
+                record["iterations"].append(dict(iteration=local["iteration"], lr=self.param_groups[0]["lr"],
+                                                 batch=batch))
             if not record["steps"]:
                 record["writer"], record["lr"] = local["writer"], self.param_groups[0]["lr"]
-                record["batch"] = {name: local[name].detach().clone() for name in local
-                                   if name.startswith("b_") or name in ("rewards", "values", "dones", "next_value",
-                                                                        "next_done", "advantages")}
+                record["batch"] = record["iterations"][0]["batch"]
             losses = {name: float(local[name].detach()) for name in ("loss", "pg_loss", "v_loss", "entropy_loss",
                                                              "old_approx_kl", "approx_kl")}
             losses["clipfrac"] = local["clipfracs"][-1]  # this minibatch's, appended just before the step
             out = super().step(closure)
             params = {k: v.detach().clone() for k, v in record["agent"].state_dict().items()}
             record["steps"].append(dict(losses, mb_inds=local["mb_inds"].clone(), params=params))
+            record["iterations"][-1]["params"] = params  # after the iteration's last step, in the end
             return out
 
-    randperm = torch.randperm
+    randperm, given = torch.randperm, iter(perms or [])
 
     def recording_randperm(*args, **kwargs):
-        perm = randperm(*args, **kwargs)
+        perm = randperm(*args, **kwargs) if perms is None else next(given).clone()
         record["perms"].append(perm.clone())
         return perm
 
@@ -337,6 +352,89 @@ def test_atari_update_matches_the_eager_script(monkeypatch, tmp_path):
                       "parameters after the update")
 
 
+# --- the update as main() calls it, iteration after iteration -------------------------------------
+
+# two iterations of each check: the second starts from the first one's Adam moments, at an annealed rate;
+# a clip range small enough that some ratios leave it within these few steps (the logged clip fraction is
+# then not 0, and tells its averages apart)
+UPDATE_CHECK = {CONTINUOUS_JAX: with_flag(list(CONTINUOUS_CHECK), "--total-timesteps", "832"),
+                ATARI_JAX: with_flag(list(ATARI_CHECK), "--total-timesteps", "256")}
+UPDATE_CHECK = {script: flags + ["--clip-coef", "0.002"] for script, flags in UPDATE_CHECK.items()}
+
+
+def twin_permutations(key, iterations: int, epochs: int, batch_size: int) -> list[torch.Tensor]:
+    """The permutations the twin's `update` draws from `key` at each iteration, drawn as it draws them (one
+    split per call: the key it returns, then one key per epoch). Handed to the eager script in place of its
+    own, they make both cut the same minibatches; if `update` drew otherwise, its minibatches, and so its
+    numbers, would differ from the eager script's and the test would fail."""
+    perms = []
+    for _ in range(iterations):
+        key, *keys = jax.random.split(key, epochs + 1)
+        perms += [torch.from_numpy(np.asarray(jax.random.permutation(k, batch_size))).long() for k in keys]
+    return perms
+
+
+def twin_rollout(module, script, batch):
+    """An eager iteration's rollout as the twin's `Rollout` (steps, envs, ...), what its update reads."""
+    steps, envs = batch["values"].shape
+    unflat = lambda x: jnp.asarray(x.numpy()).reshape((steps, envs) + tuple(x.shape[1:]))  # noqa: E731
+    fields = dict(obs=unflat(batch["b_obs"]), actions=unflat(batch["b_actions"]), logprobs=unflat(batch["b_logprobs"]),
+                  dones=jnp.asarray(batch["dones"].numpy()), values=jnp.asarray(batch["values"].numpy()))
+    if script == ATARI_JAX:  # NHWC frames, integer actions; the rewards and the game's info ride along
+        fields.update(obs=jnp.transpose(fields["obs"], (0, 1, 3, 4, 2)), actions=fields["actions"].astype(jnp.int32),
+                      rewards=jnp.asarray(batch["rewards"].numpy()), game={})
+    return module.Rollout(**fields)
+
+
+@pytest.mark.parametrize("script", sorted(TWINS))
+def test_update_as_main_calls_it_matches_the_eager_script(script, monkeypatch, tmp_path):
+    """The twin's jitted `update`, the function its main() calls once per iteration, fed each iteration of
+    an eager run (its rollout, next observations and done flags, and learning rate), from the eager
+    initial weights, with the eager run handed the twin's permutations: what `update` computes inside
+    (the bootstrap value, GAE and the returns, the flattened batch, Atari's mask of envpool's reset
+    steps), the Adam moments it carries into the next iteration and what it logs (the last minibatch's
+    losses, the clip fraction over all minibatches, the explained variance) give the eager script's
+    logged values and parameters, iteration after iteration."""
+    eager_script, flags = TWINS[script][0], UPDATE_CHECK[script]
+    module = load_script(script)
+    args = tyro.cli(module.Args, args=list(flags))
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    key = jax.random.key(11)
+    perms = twin_permutations(key, args.num_iterations, args.update_epochs, args.batch_size)
+    record = record_eager_update(monkeypatch, tmp_path, eager_script, *flags, perms=perms)
+    iterations = record["iterations"]
+    assert len(iterations) == args.num_iterations == 2 and iterations[1]["lr"] < iterations[0]["lr"]
+    if script == ATARI_JAX:
+        assert sum(float(it["batch"]["dones"].sum()) for it in iterations) > 0, "no reset step to mask"
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    logs = {tag: dict(points) for tag, points in read_scalars(run_dir).items()}
+
+    agent = module.Agent(**agent_fields(script, record))
+    optimizer = optax.scale_by_adam(eps=1e-5)
+    update = module.make_functions(args, agent, optimizer, *([None] if script == ATARI_JAX else []))[1]
+    params = (atari_params_from_torch if script == ATARI_JAX else continuous_params_from_torch)(record["init"])
+    state = module.TrainState(params, optimizer.init(params))
+    for i, it in enumerate(iterations):
+        b = it["batch"]
+        rollout = twin_rollout(module, script, b)
+        tail = (jnp.asarray(b["next_obs"].numpy()), jnp.asarray(b["next_done"].numpy()), it["lr"], key)
+        if script == ATARI_JAX:
+            state, logged, key = update(state, rollout, *tail)
+        else:
+            state, logged, key = update(state, rollout, jnp.asarray(b["rewards"].numpy()), *tail)
+        step = (i + 1) * args.batch_size
+        assert logs["losses/clipfrac"][step] > 0, "a clip fraction of 0 would not tell its averages apart"
+        for name, value in jax.device_get(logged).items():
+            eager = logs[f"losses/{name}"][step]
+            assert abs(float(value) - eager) <= 1e-5 + 1e-4 * abs(eager), \
+                f"iteration {i + 1}, {name}: {float(value)} (JAX) vs {eager} (eager)"
+        rtol, atol = (1e-3, 1e-5) if script == ATARI_JAX else (1e-4, 1e-6)
+        assert_same_state(state.params, it["params"], module.to_torch_state_dict, rtol, atol,
+                          f"parameters after iteration {i + 1}")
+
+
 # --- the checkpoint -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("script", sorted(TWINS))
@@ -393,12 +491,14 @@ def test_episode_statistics_on_a_hand_checked_trace():
 
 
 def test_xla_rollout_steps_envpool_as_host_stepping_does():
-    """The twin's jitted rollout (envpool's XLA step inside a lax.scan) against the same envs stepped on
-    the host with the actions it chose: the same frames, rewards, done flags and game statistics, and
-    the whole-game returns that EpisodeStats logs (envpool's own flag for the end of a game)."""
+    """The twin's jitted rollout (envpool's XLA step inside a lax.scan), called twice as main() calls it
+    (the envpool handle, the frames, the done flags and the key of one call passed to the next), against
+    the same envs stepped on the host with the actions it chose: the same frames, rewards, done flags and
+    game statistics, and the whole-game returns that EpisodeStats logs (envpool's own flag for the end of
+    a game)."""
     module = load_script(ATARI_JAX)
-    args = module.Args(num_envs=2, num_steps=300, seed=5)
-    args.batch_size, args.minibatch_size = 600, 150
+    args = module.Args(num_envs=2, num_steps=150, seed=5)
+    args.batch_size, args.minibatch_size = 300, 75
     xla_envs, host_envs = module.make_envs(args), module.make_envs(args)
     obs, _ = xla_envs.reset()
     host_obs, _ = host_envs.reset()
@@ -407,12 +507,15 @@ def test_xla_rollout_steps_envpool_as_host_stepping_does():
     params = agent.init(jax.random.PRNGKey(0), jnp.zeros((1, 84, 84, 4), jnp.uint8))
     handle, _, _, step_env = xla_envs.xla()
     rollout = module.make_functions(args, agent, optax.scale_by_adam(eps=1e-5), step_env)[0]
-    _, next_obs, next_done, _, batch = rollout(params, handle, jnp.asarray(obs), jnp.zeros(2), jax.random.PRNGKey(1))
-    batch = jax.device_get(batch)
+    next_obs, next_done, key, batches = jnp.asarray(obs), jnp.zeros(2), jax.random.key(1), []
+    for _ in range(2):
+        handle, next_obs, next_done, key, batch = rollout(params, handle, next_obs, next_done, key)
+        batches.append(jax.device_get(batch))
+    batch = jax.tree.map(lambda *steps: np.concatenate(steps), *batches)  # (2 x num_steps, envs, ...)
 
     stats, host_stats, games, host_games, host_done = (module.EpisodeStats(2), module.EpisodeStats(2), [], [],
                                                        np.zeros(2))
-    for t in range(args.num_steps):
+    for t in range(2 * args.num_steps):
         np.testing.assert_array_equal(batch.obs[t], np.transpose(host_obs, (0, 2, 3, 1)), err_msg=f"step {t}")
         np.testing.assert_array_equal(batch.dones[t], host_done)
         host_obs, reward, terminated, truncated, info = host_envs.step(np.asarray(batch.actions[t]))
