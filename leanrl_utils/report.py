@@ -34,9 +34,8 @@ run, so that every figure of the table can be recomputed from the CSVs alone.
 The headline plot is the return against wall-clock time: one panel per pair, the
 median over seeds with the min-max band, one colour per mode. Every figure names
 the command (`command.txt`, written by run.sh: one line per invocation that filled
-the folder) and the hardware. Runs that logged
-no fps (stopped early, failed) are listed apart and left out of the table and the
-plots, as are the failures `run.sh`
+the folder) and the hardware. Runs that logged no fps (stopped early, failed) are
+listed apart and left out of the table and the plots, as are the failures `run.sh`
 recorded (`*.failed` files beside the runs) and the runs it started that have not
 finished (no `done` marker: still running, or stopped), which the table leaves out.
 """

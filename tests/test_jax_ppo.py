@@ -175,15 +175,32 @@ def assert_same_state(jax_params, torch_state, convert, rtol, atol, what):
                                    err_msg=f"{what}: {name}")
 
 
-def twin_update(script, record, flags, params, batch):
-    """The twin's update_epochs (under the same flags), fed the eager run's batch and permutations."""
-    module = load_script(script)
+# the twins' optimizer: optax's Adam with torch's eps (its output times the learning rate in their update)
+OPTIMIZER = optax.scale_by_adam(eps=1e-5)
+
+
+def twin_args(module, flags):
+    """The twin's Args under `flags`, with the sizes its main() fills in at run time."""
     args = tyro.cli(module.Args, args=list(flags))
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    return args
+
+
+def twin_functions(script, record, flags, step_env=None):
+    """The twin's module, its Args under `flags` and its jitted functions, for an Agent shaped as the eager
+    run's (`step_env`: the Atari twin's envpool step)."""
+    module = load_script(script)
+    args = twin_args(module, flags)
     agent = module.Agent(**agent_fields(script, record))
-    optimizer = optax.scale_by_adam(eps=1e-5)
-    functions = module.make_functions(args, agent, optimizer, *([None] if script == ATARI_JAX else []))
+    functions = module.make_functions(args, agent, OPTIMIZER, *([step_env] if script == ATARI_JAX else []))
+    return module, args, functions
+
+
+def twin_update(script, record, flags, params, batch):
+    """The twin's update_epochs (under the same flags), fed the eager run's batch and permutations."""
+    module, args, functions = twin_functions(script, record, flags)
     update_epochs = functions[2]
     # --target-kl stops the eager loop before it draws the later epochs' permutations: the twin, which
     # skips those epochs, gets any
@@ -193,7 +210,7 @@ def twin_update(script, record, flags, params, batch):
         epoch, mb = divmod(k, args.num_minibatches)
         assert torch.equal(step["mb_inds"], perms[epoch, mb * args.minibatch_size:(mb + 1) * args.minibatch_size])
     perms = jnp.asarray(perms.numpy())
-    state = module.TrainState(params, optimizer.init(params))
+    state = module.TrainState(params, OPTIMIZER.init(params))
     return jax.jit(update_epochs)(state, batch, perms, record["lr"]), module, args
 
 
@@ -238,12 +255,7 @@ def assert_stored_as_eager(record, script, obs, actions, logprobs, values, dones
 def continuous_acting(record, flags, params):
     """The twin's jitted acting step, as its main() calls it, fed the eager rollout's observations and done
     flags step by step: what it stored."""
-    module = load_script(CONTINUOUS_JAX)
-    args = tyro.cli(module.Args, args=list(flags))
-    args.batch_size = args.num_envs * args.num_steps
-    args.minibatch_size = args.batch_size // args.num_minibatches
-    act = module.make_functions(args, module.Agent(**agent_fields(CONTINUOUS_JAX, record)),
-                                optax.scale_by_adam(eps=1e-5))[0]
+    module, _, (act, *_) = twin_functions(CONTINUOUS_JAX, record, flags)
     b = record["batch"]
     steps, envs = b["values"].shape
     obs = b["b_obs"].reshape(steps, envs, -1).numpy()
@@ -260,10 +272,6 @@ def continuous_acting(record, flags, params):
 def atari_rollout(record, flags, params):
     """The twin's jitted rollout (one scan: act, step, store), with envpool's XLA step replaced by one that
     replays the eager rollout: its observations and done flags, in order."""
-    module = load_script(ATARI_JAX)
-    args = tyro.cli(module.Args, args=list(flags))
-    args.batch_size = args.num_envs * args.num_steps
-    args.minibatch_size = args.batch_size // args.num_minibatches
     b = record["batch"]
     steps, envs = b["values"].shape
     frames = jnp.asarray(b["b_obs"].reshape(steps, envs, *b["b_obs"].shape[1:]).numpy())
@@ -275,8 +283,7 @@ def atari_rollout(record, flags, params):
         info = dict(reward=zeros, lives=zeros, elapsed_step=zeros)
         return t + 1, (frames[nxt], zeros, dones[nxt] > 0, jnp.zeros(envs, bool), info)
 
-    rollout = module.make_functions(args, module.Agent(**agent_fields(ATARI_JAX, record)),
-                                    optax.scale_by_adam(eps=1e-5), replay)[0]
+    rollout = twin_functions(ATARI_JAX, record, flags, replay)[2][0]
     *_, stored = rollout(params, jnp.int32(0), frames[0], dones[0], jax.random.key(0))
     return stored
 
@@ -396,11 +403,7 @@ def test_update_as_main_calls_it_matches_the_eager_script(script, monkeypatch, t
     losses, the clip fraction over all minibatches, the explained variance) give the eager script's
     logged values and parameters, iteration after iteration."""
     eager_script, flags = TWINS[script][0], UPDATE_CHECK[script]
-    module = load_script(script)
-    args = tyro.cli(module.Args, args=list(flags))
-    args.batch_size = args.num_envs * args.num_steps
-    args.minibatch_size = args.batch_size // args.num_minibatches
-    args.num_iterations = args.total_timesteps // args.batch_size
+    args = twin_args(load_script(script), flags)
     key = jax.random.key(11)
     perms = twin_permutations(key, args.num_iterations, args.update_epochs, args.batch_size)
     record = record_eager_update(monkeypatch, tmp_path, eager_script, *flags, perms=perms)
@@ -411,11 +414,9 @@ def test_update_as_main_calls_it_matches_the_eager_script(script, monkeypatch, t
     (run_dir,) = (tmp_path / "runs").iterdir()
     logs = {tag: dict(points) for tag, points in read_scalars(run_dir).items()}
 
-    agent = module.Agent(**agent_fields(script, record))
-    optimizer = optax.scale_by_adam(eps=1e-5)
-    update = module.make_functions(args, agent, optimizer, *([None] if script == ATARI_JAX else []))[1]
+    module, _, (_, update, *_) = twin_functions(script, record, flags)
     params = (atari_params_from_torch if script == ATARI_JAX else continuous_params_from_torch)(record["init"])
-    state = module.TrainState(params, optimizer.init(params))
+    state = module.TrainState(params, OPTIMIZER.init(params))
     for i, it in enumerate(iterations):
         b = it["batch"]
         rollout = twin_rollout(module, script, b)
@@ -506,7 +507,7 @@ def test_xla_rollout_steps_envpool_as_host_stepping_does():
     agent = module.Agent(action_n=int(xla_envs.single_action_space.n))
     params = agent.init(jax.random.PRNGKey(0), jnp.zeros((1, 84, 84, 4), jnp.uint8))
     handle, _, _, step_env = xla_envs.xla()
-    rollout = module.make_functions(args, agent, optax.scale_by_adam(eps=1e-5), step_env)[0]
+    rollout = module.make_functions(args, agent, OPTIMIZER, step_env)[0]
     next_obs, next_done, key, batches = jnp.asarray(obs), jnp.zeros(2), jax.random.key(1), []
     for _ in range(2):
         handle, next_obs, next_done, key, batch = rollout(params, handle, next_obs, next_done, key)

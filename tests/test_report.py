@@ -236,7 +236,8 @@ def test_report_with_the_preset_flags_runs_that_did_not_learn(tmp_path):
     text = report.build(tmp_path, tmp_path).read_text()
     assert "Command: `bash run.sh --preset cpu --scripts dqn`" in text and "Preset `cpu`" in text
     # a folder filled by two invocations names both, in order
-    (tmp_path / "command.txt").write_text("bash run.sh --preset cpu --scripts dqn\nbash run.sh --preset cpu --scripts dqn --seeds 4\n")
+    (tmp_path / "command.txt").write_text("bash run.sh --preset cpu --scripts dqn\n"
+                                          "bash run.sh --preset cpu --scripts dqn --seeds 4\n")
     assert ("Commands, in this order: `bash run.sh --preset cpu --scripts dqn`, then "
             "`bash run.sh --preset cpu --scripts dqn --seeds 4`") in report.build(tmp_path, tmp_path).read_text()
     assert "final return (last 10 episodes; mean ± std over seeds (seed: value)) | reached 200 |" in text
