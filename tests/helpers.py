@@ -225,18 +225,20 @@ PPO_LOSSES = ["losses/value_loss", "losses/policy_loss", "losses/entropy", "loss
 
 
 def learns_and_plays_back(script_args, learn_args, *, cwd: Path, threshold: float, last: int = 5,
-                          from_step: int | None = None, eval_threshold: float | None = None) -> Run:
-    """A learning check: the run (saving its model, playing it back for 5 episodes) averages above
-    `threshold` over its last `last` episodes, or over every episode from `from_step` on; and its saved
-    policy, played back, averages above `eval_threshold` (`threshold` unless given): a policy saved or
-    loaded wrong scores as a random one."""
-    run = run_script(*script_args, *learn_args, "--save-model", "--eval-episodes", "5", cwd=cwd).check()
+                          from_step: int | None = None, eval_threshold: float | None = None,
+                          eval_episodes: int = 5) -> Run:
+    """A learning check: the run (saving its model, playing it back for `eval_episodes` episodes) averages
+    above `threshold` over its last `last` episodes, or over every episode from `from_step` on; and its
+    saved policy, played back, averages above `eval_threshold` (`threshold` unless given): a policy saved
+    or loaded wrong scores as a random one."""
+    run = run_script(*script_args, *learn_args, "--save-model", "--eval-episodes", str(eval_episodes), cwd=cwd).check()
     returns = run.scalars["charts/episodic_return"]
     trained = [v for s, v in returns if s >= from_step] if from_step is not None else [v for _, v in returns][-last:]
     assert trained and sum(trained) / len(trained) > threshold, f"training's last episodes: {trained}"
     evaluated = run.values("eval/episodic_return")
     bar = threshold if eval_threshold is None else eval_threshold
-    assert len(evaluated) == 5 and sum(evaluated) / 5 > bar, f"evaluation: {evaluated}, training: {trained}"
+    assert len(evaluated) == eval_episodes and sum(evaluated) / eval_episodes > bar, \
+        f"evaluation: {evaluated}, training: {trained}"
     return run
 
 
