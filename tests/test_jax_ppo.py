@@ -551,7 +551,7 @@ def test_continuous_learns_inverted_pendulum(tmp_path):
 # default rollout (8 envs x 128 steps: 20480 steps, a few minutes of one core) the twin learns to shoot:
 # seeds 1-4 averaged 167-220 over the games of the second half (10 or so) and their saved agents 294-420
 # over 10 games, where the eager script's seeds 11-18 averaged 170-286 and 184-292 (5 games). The same
-# run with a learning rate of 1e-9 stays random.
+# run with a learning rate of 1e-9 scored 99 and 60.
 ATARI_LEARN = ("--env-id", "Seaquest-v5", "--total-timesteps", "20480")
 
 
