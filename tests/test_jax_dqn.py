@@ -7,6 +7,7 @@ convert both ways."""
 
 import copy
 import glob
+import shlex
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -22,6 +23,7 @@ import test_dqn  # noqa: E402  (the pairs' short runs, thresholds and frame-buff
 from test_dqn import ATARI, ATARI_GREEDY, EVAL_THRESHOLD, GREEDY, LEARN, LOSSES, SHORT, THRESHOLD  # noqa: E402
 
 from leanrl_utils import evals  # noqa: E402  (helpers puts the repository root on the path)
+from leanrl_utils.presets import load as load_preset  # noqa: E402
 
 EAGER_OF = {"dqn_jax": "dqn", "dqn_atari_envpool_jax": "dqn_atari_envpool"}
 # each twin's short run, as test_dqn runs its pair: CartPole logs its losses 9 times, Breakout 7 times
@@ -59,23 +61,25 @@ def test_learns_cartpole(tmp_path):
 
 
 # DQN Atari at its defaults (CleanRL's) starts learning at step 80k and needs millions of steps. A small
-# task for one core: 30k steps of Seaquest, learning from step 1000 (one update every 4 steps, as by
-# default), ε decayed over the first 9000 steps, a buffer that holds the whole run. A random policy
-# scores 71 a game (test_jax_ppo's Seaquest comment has its spread); the twin's seeds 1-4 averaged 187,
-# 275, 164 and 324 over the games that ended in the second half (13 to 20 of them), the same run with a
-# learning rate of 1e-9 84. The saved network is played back, but its score is no check of learning:
-# at this budget the greedy policy changes much from one update to the next, and the last one, played
-# over 10 games (ε = 0.05), scored 226, 322, 106 and 82 for seeds 1-4 where the untrained network scored
-# 106 (the conversion of the checkpoint is test_checkpoint_conversion_plays_as_the_flax_network's).
-ATARI_LEARN = ("--env-id", "Seaquest-v5", "--total-timesteps", "30000", "--learning-starts", "1000",
-               "--buffer-size", "30000", "--exploration-fraction", "0.3")
+# task for one core, the `cpu` preset's (leanrl_utils/presets.json, read here so that the two stay one):
+# 30k steps of Seaquest, learning from step 1000 (one update every 4 steps, as by default), ε decayed
+# over the first 9000 steps, a buffer that holds the whole run. A random policy scores 71 a game
+# (test_jax_ppo's Seaquest comment has its spread); the twin's seeds 1-4 averaged 187, 275, 164 and 324
+# over the games that ended in the second half (13 to 20 of them), the same run with a learning rate of
+# 1e-9 84. The saved network is played back, but its score is no check of learning: at this budget the
+# greedy policy changes much from one update to the next, and the last one, played over 10 games
+# (ε = 0.05), scored 226, 322, 106 and 82 for seeds 1-4 where the untrained network scored 106 (the
+# conversion of the checkpoint is test_checkpoint_conversion_plays_as_the_flax_network's).
+ATARI_TASK = load_preset("cpu")["pairs"]["dqn_atari"]  # its args, and its threshold: 120
 
 
 @pytest.mark.slow
 def test_atari_learns_seaquest(tmp_path):
-    """The games that end in the second half average above 120; the saved network plays 10 games back."""
-    learns_and_plays_back(("dqn_atari_envpool_jax",), ATARI_LEARN, cwd=tmp_path, threshold=120, from_step=15000,
-                          eval_threshold=0, eval_episodes=10)
+    """The games that end in the second half average above the preset's threshold; the saved network
+    plays 10 games back."""
+    learns_and_plays_back(("dqn_atari_envpool_jax",), shlex.split(ATARI_TASK["args"]), cwd=tmp_path,
+                          threshold=ATARI_TASK["threshold"], from_step=15000, eval_threshold=0, eval_episodes=10)
+
 
 # The cross-framework check. The eager script's main() runs in this process up to its first update, with
 # hooks that record its initial weights (its QNetwork, subclassed), its first batch's draw (torch.randint

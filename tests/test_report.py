@@ -161,7 +161,7 @@ def run_sh(*args, timeout=900):
     (["--frobnicate"], "unknown option '--frobnicate'"),
     (["--scripts", "a2c"], "unknown script 'a2c'"),
     (["--preset", "gpu9"], "unknown preset 'gpu9'"),
-    (["--preset", "cpu", "--scripts", "dqn_atari"], "the preset 'cpu' has no 'dqn_atari'"),
+    (["--preset", "halfcheetah_1m", "--scripts", "dqn"], "the preset 'halfcheetah_1m' has no 'dqn'"),
     (["--preset", "cpu", "--quick"], "--preset and --quick do not go together"),
     (["--seeds", "one"], "--seeds: 'one' is not"),
     (["--steps", "0"], "--steps: '0' is not a positive integer"),
@@ -227,7 +227,8 @@ def test_report_with_the_preset_flags_runs_that_did_not_learn(tmp_path):
     to reach it, and the headline plot is the return against wall-clock time."""
     from leanrl_utils.presets import load
 
-    (tmp_path / "preset.json").write_text(json.dumps(load("cpu")))
+    # a pair the preset leaves out, with its reason (the cpu preset now runs every pair)
+    (tmp_path / "preset.json").write_text(json.dumps({**load("cpu"), "skipped": {"dqn_atari": "too slow here"}}))
     (tmp_path / "command.txt").write_text("bash run.sh --preset cpu --scripts dqn\n")
     for seed, final in ((1, 300.0), (2, 250.0), (3, 50.0)):
         fake_run(tmp_path, "dqn", seed, sps=[3000], returns=[20.0] * 10 + [final] * 10, warmup=0.1)
@@ -244,7 +245,8 @@ def test_report_with_the_preset_flags_runs_that_did_not_learn(tmp_path):
     rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
     assert "| 2/3 ⚠ not learned: seed 3 (50.0) |" in rows["| eager script"]
     assert "| 3/3 |" in rows["| --compile"]
-    assert "Why this task:" in text and "## Not in this preset" in text
+    assert "Why this task:" in text and "## Not in this preset\n\n- dqn_atari: too slow here" in text
     not_run = text.split("## In the preset, not run")[1].split("##")[0]  # only dqn ran
-    assert "- sac (`--env-id InvertedDoublePendulum-v4" in not_run and "dqn" not in not_run
+    assert "- sac (`--env-id InvertedDoublePendulum-v4" in not_run and "- dqn (" not in not_run
+    assert "- dqn_atari (`--env-id Seaquest-v5" in not_run
     assert text.index("![return_vs_time]") < text.index("## dqn")
