@@ -72,15 +72,16 @@ def test_learns_cartpole(tmp_path):
 # (ε = 0.05), scored 226, 322, 106 and 82 for seeds 1-4 where the untrained network scored 106 (the
 # conversion of the checkpoint is test_checkpoint_conversion_plays_as_the_flax_network's).
 ATARI_TASK = load_preset("cpu")["pairs"]["dqn_atari"]  # its args, and its threshold: 120
+ATARI_LEARN = shlex.split(ATARI_TASK["args"])
+ATARI_HALF = int(ATARI_LEARN[ATARI_LEARN.index("--total-timesteps") + 1]) // 2
 
 
 @pytest.mark.slow
 def test_atari_learns_seaquest(tmp_path):
     """The games that end in the second half average above the preset's threshold; the saved network
     loads and plays 2 games back (unscored: see above)."""
-    learns_and_plays_back(("dqn_atari_envpool_jax",), shlex.split(ATARI_TASK["args"]), cwd=tmp_path,
-                          threshold=ATARI_TASK["threshold"], from_step=15000, eval_threshold=-math.inf,
-                          eval_episodes=2)
+    learns_and_plays_back(("dqn_atari_envpool_jax",), ATARI_LEARN, cwd=tmp_path, threshold=ATARI_TASK["threshold"],
+                          from_step=ATARI_HALF, eval_threshold=-math.inf, eval_episodes=2)
 
 
 # The cross-framework check. The eager script's main() runs in this process up to its first update, with
