@@ -68,7 +68,9 @@ def test_same_seed_same_numbers(script, cached_run, tmp_path):
 # scores above -400, so a mean above -400 over the last 5 episodes means the agent learned the task.
 LEARN = {
     "sac": ("--env-id", "Pendulum-v1", "--total-timesteps", "5000", "--learning-starts", "1000"),
-    "td3": ("--env-id", "Pendulum-v1", "--total-timesteps", "10000", "--learning-starts", "1000"),  # slower to learn
+    # TD3 learns slower: its last 5 episodes averaged -1017 to -1071 at step 5000 and -153 to -155 at 8000
+    # (eager, --compile and the JAX twin, seed 1)
+    "td3": ("--env-id", "Pendulum-v1", "--total-timesteps", "8000", "--learning-starts", "1000"),
 }
 THRESHOLD = -400
 
