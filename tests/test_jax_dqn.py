@@ -64,13 +64,14 @@ def test_learns_cartpole(tmp_path):
 # DQN Atari at its defaults (CleanRL's) starts learning at step 80k and needs millions of steps. A small
 # task for one core, the `cpu` preset's (leanrl_utils/presets.json, read here so that the two stay one):
 # 30k steps of Seaquest, learning from step 1000 (one update every 4 steps, as by default), ε decayed
-# over the first 9000 steps, a buffer that holds the whole run. A random policy scores 71 a game
+# over the first 9000 steps, a buffer that holds the whole run. A random policy scores 68.5 a game
 # (test_jax_ppo's Seaquest comment has its spread); the twin's seeds 1-4 averaged 187, 275, 164 and 324
 # over the games that ended in the second half (13 to 20 of them), the same run with a learning rate of
 # 1e-9 84. The saved network is played back, but its score is no check of learning: at this budget the
 # greedy policy changes much from one update to the next, and the last one, played over 10 games
 # (ε = 0.05), scored 226, 322, 106 and 82 for seeds 1-4 where the untrained network scored 106 (the
-# conversion of the checkpoint is test_checkpoint_conversion_plays_as_the_flax_network's).
+# conversion of the checkpoint is test_checkpoint_conversion_plays_as_the_flax_network's). These runs'
+# outputs and commands: docs/learning/seaquest_checks/.
 ATARI_TASK = load_preset("cpu")["pairs"]["dqn_atari"]  # its args, and its threshold: 120
 ATARI_LEARN = shlex.split(ATARI_TASK["args"])
 ATARI_HALF = int(ATARI_LEARN[ATARI_LEARN.index("--total-timesteps") + 1]) // 2

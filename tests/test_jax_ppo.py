@@ -546,12 +546,12 @@ def test_continuous_learns_inverted_pendulum(tmp_path):
     learns_and_plays_back((CONTINUOUS_JAX,), LEARN, cwd=tmp_path, threshold=THRESHOLD)
 
 
-# Seaquest-v5 (shoot the sharks, 20 points a kill): a random policy scores 71 a game (std 55; over 40
-# groups of 10 games, the best group averaged 128; over 33 groups of 12, 100). On 20 iterations of the
+# Seaquest-v5 (shoot the sharks, 20 points a kill): a random policy scores 68.5 a game (std 53.3; over 40
+# groups of 10 games, the best group averaged 120; over 33 groups of 12, 106.7). On 20 iterations of the
 # default rollout (8 envs x 128 steps: 20480 steps, a few minutes of one core) the twin learns to shoot:
-# seeds 1-4 averaged 167-220 over the games of the second half (10 or so) and their saved agents 294-420
-# over 10 games, where the eager script's seeds 11-18 averaged 170-286 and 184-292 (5 games). The same
-# run with a learning rate of 1e-9 scored 99 and 60.
+# seeds 1-4 averaged 173-220 over the games of the second half (10 to 13) and their saved agents 294-420
+# over 10 games; the same run with a learning rate of 1e-9 scored 98.9 and 60. These runs' outputs and
+# commands: docs/learning/seaquest_checks/.
 ATARI_LEARN = ("--env-id", "Seaquest-v5", "--total-timesteps", "20480")
 
 
