@@ -69,7 +69,7 @@ def test_same_seed_same_numbers(script, cached_run, tmp_path):
 LEARN = {
     "sac": ("--env-id", "Pendulum-v1", "--total-timesteps", "5000", "--learning-starts", "1000"),
     # TD3 learns slower: its last 5 episodes averaged -1017 to -1071 at step 5000 and -153 to -155 at 8000
-    # (eager, --compile and the JAX twin, seed 1)
+    # (eager, --compile and the JAX twin, seed 1: docs/learning/td3_pendulum_check/)
     "td3": ("--env-id", "Pendulum-v1", "--total-timesteps", "8000", "--learning-starts", "1000"),
 }
 THRESHOLD = -400
