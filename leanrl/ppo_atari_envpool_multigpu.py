@@ -27,6 +27,7 @@ import random
 import signal
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 
 import envpool
@@ -451,13 +452,22 @@ def check_args(args: Args) -> None:
 
 def pick_device(args: Args, local_rank: int) -> torch.device:
     """This rank's device: the CPU, or the GPU of its local rank. Refuses, in one line, what would fail at
-    the first collective: a backend this torch build lacks, NCCL without CUDA, NCCL ranks sharing a GPU."""
+    the first collective: a backend this torch build lacks, NCCL without CUDA, NCCL ranks sharing a GPU. Where
+    --cuda asked for CUDA and it is not usable, one line (rank 0's) says why."""
     if args.backend is not None and not dist.is_backend_available(args.backend):
         fail(f"--backend {args.backend}: this build of torch has no such backend"
              + (" (NCCL needs a CUDA build of torch and a GPU; on the CPU use gloo, the default)" if args.backend == "nccl" else ""))
-    if not (torch.cuda.is_available() and args.cuda):
+    with warnings.catch_warnings(record=True) as caught:  # torch gives its reason as a warning (an old driver)
+        warnings.simplefilter("always")
+        usable = torch.cuda.is_available()
+    if not (usable and args.cuda):
         if args.backend == "nccl":
             fail("--backend nccl: NCCL runs on CUDA devices only and this run has none; use gloo (the default on the CPU)")
+        if args.cuda and int(os.environ.get("RANK", "0")) == 0:  # CUDA was asked for: one line says why it is not used
+            reasons = [str(w.message).strip().splitlines()[0] for w in caught if "CUDA" in str(w.message)]
+            why = (f"torch {torch.__version__} is a CPU build" if torch.version.cuda is None
+                   else reasons[0] if reasons else "no CUDA device is visible")
+            print(f"{os.path.basename(sys.argv[0])}: --cuda: {why}; running on the CPU", file=sys.stderr)
         return torch.device("cpu")
     count = torch.cuda.device_count()
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(args.world_size)))  # ranks on this machine

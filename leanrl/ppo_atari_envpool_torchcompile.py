@@ -291,10 +291,14 @@ def main(args: Args) -> None:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    # CUDA graphs exist on CUDA devices only: elsewhere --cudagraphs is ignored, with a warning
+    device = pick_device(args)  # CUDA when asked for and usable; otherwise the CPU, saying why
+    # CUDA graphs exist on CUDA devices only: on a machine without CUDA --cudagraphs is ignored, with a warning
+    # (tensordict's CudaGraphModule then calls each function directly); on a machine with CUDA, --no-cuda beside it
+    # is refused, since the graphs would be captured from CPU tensors
     graphs = args.cudagraphs and device.type == "cuda"
     if args.cudagraphs and not graphs:
+        if torch.cuda.is_available():
+            fail("--cudagraphs records CUDA graphs and --no-cuda keeps this run on the CPU: leave out one of the two")
         print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
 
     # env setup
@@ -540,6 +544,22 @@ def fail(message: str) -> None:
     """A user's mistake: one line on stderr, exit code 2, no stack trace."""
     print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def pick_device(args: Args) -> torch.device:
+    """CUDA when --cuda (the default) asks for it and torch can use it; otherwise the CPU, and if CUDA was asked
+    for, one line that says why it is not used (a CPU build of torch, no visible GPU, a driver too old for this
+    build), so that a run meant for a GPU never runs on the CPU unnoticed."""
+    if args.cuda:
+        with warnings.catch_warnings(record=True) as caught:  # torch gives its reason as a warning (an old driver)
+            warnings.simplefilter("always")
+            if torch.cuda.is_available():
+                return torch.device("cuda")
+        reasons = [str(w.message).strip().splitlines()[0] for w in caught if "CUDA" in str(w.message)]
+        why = (f"torch {torch.__version__} is a CPU build" if torch.version.cuda is None
+               else reasons[0] if reasons else "no CUDA device is visible")
+        print(f"{os.path.basename(sys.argv[0])}: --cuda: {why}; running on the CPU", file=sys.stderr)
+    return torch.device("cpu")
 
 
 def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:

@@ -22,6 +22,7 @@ import random
 import signal
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass
 
 import gymnasium as gym
@@ -210,7 +211,7 @@ def main(args: Args) -> None:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    device = pick_device(args)  # CUDA when asked for and usable; otherwise the CPU, saying why
 
     # env setup
     envs = make_envs(args, run_name)
@@ -402,6 +403,22 @@ def fail(message: str) -> None:
     """A user's mistake: one line on stderr, exit code 2, no stack trace."""
     print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def pick_device(args: Args) -> torch.device:
+    """CUDA when --cuda (the default) asks for it and torch can use it; otherwise the CPU, and if CUDA was asked
+    for, one line that says why it is not used (a CPU build of torch, no visible GPU, a driver too old for this
+    build), so that a run meant for a GPU never runs on the CPU unnoticed."""
+    if args.cuda:
+        with warnings.catch_warnings(record=True) as caught:  # torch gives its reason as a warning (an old driver)
+            warnings.simplefilter("always")
+            if torch.cuda.is_available():
+                return torch.device("cuda")
+        reasons = [str(w.message).strip().splitlines()[0] for w in caught if "CUDA" in str(w.message)]
+        why = (f"torch {torch.__version__} is a CPU build" if torch.version.cuda is None
+               else reasons[0] if reasons else "no CUDA device is visible")
+        print(f"{os.path.basename(sys.argv[0])}: --cuda: {why}; running on the CPU", file=sys.stderr)
+    return torch.device("cpu")
 
 
 def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:

@@ -473,11 +473,15 @@ def check_args(args: Args) -> None:
 def use_device(args: Args) -> None:
     """--cuda off: the CPU even where JAX has a GPU; --torch-deterministic: XLA's deterministic GPU kernels,
     unless XLA_FLAGS already sets that flag (the user's value wins). Both are read when JAX starts its
-    backend, at the first array: call this before any. The CPU's kernels are deterministic anyway."""
+    backend, at the first array: call this before any. The CPU's kernels are deterministic anyway.
+    Where --cuda asked for a GPU and JAX has none, one line says so."""
     if not args.cuda:
         jax.config.update("jax_platforms", "cpu")
     if args.torch_deterministic and "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
+    if args.cuda and jax.default_backend() == "cpu":  # starts the backend, once the settings above are made
+        print(f"{os.path.basename(sys.argv[0])}: --cuda: JAX {jax.__version__} has no usable GPU here (a CPU-only "
+              "jaxlib, or no visible GPU); running on the CPU", file=sys.stderr)
 
 
 def fail(message: str) -> None:

@@ -261,10 +261,14 @@ def main(args: Args) -> None:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    # CUDA graphs exist on CUDA devices only: elsewhere --cudagraphs is ignored, with a warning
+    device = pick_device(args)  # CUDA when asked for and usable; otherwise the CPU, saying why
+    # CUDA graphs exist on CUDA devices only: on a machine without CUDA --cudagraphs is ignored, with a warning
+    # (tensordict's CudaGraphModule then calls each function directly); on a machine with CUDA, --no-cuda beside it
+    # is refused, since the graphs would be captured from CPU tensors
     graphs = args.cudagraphs and device.type == "cuda"
     if args.cudagraphs and not graphs:
+        if torch.cuda.is_available():
+            fail("--cudagraphs records CUDA graphs and --no-cuda keeps this run on the CPU: leave out one of the two")
         print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
 
     # env setup
@@ -360,7 +364,8 @@ def main(args: Args) -> None:
         # trace torch.autograd.grad into the compiled graph: forward, backward and the Adam steps of the
         # whole update become one program, with no graph break and one guard check per update
         torch._dynamo.config.trace_autograd_ops = True
-        update = torch.compile(update)
+        # a crash worked around: torch before 2.12 cannot compile this update on CUDA (see update_options)
+        update = torch.compile(update, options=update_options(torch.__version__, device))
         if device.type in COMPILED_ACTING:
             policy = torch.compile(policy)
 
@@ -463,6 +468,33 @@ def fail(message: str) -> None:
     """A user's mistake: one line on stderr, exit code 2, no stack trace."""
     print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def pick_device(args: Args) -> torch.device:
+    """CUDA when --cuda (the default) asks for it and torch can use it; otherwise the CPU, and if CUDA was asked
+    for, one line that says why it is not used (a CPU build of torch, no visible GPU, a driver too old for this
+    build), so that a run meant for a GPU never runs on the CPU unnoticed."""
+    if args.cuda:
+        with warnings.catch_warnings(record=True) as caught:  # torch gives its reason as a warning (an old driver)
+            warnings.simplefilter("always")
+            if torch.cuda.is_available():
+                return torch.device("cuda")
+        reasons = [str(w.message).strip().splitlines()[0] for w in caught if "CUDA" in str(w.message)]
+        why = (f"torch {torch.__version__} is a CPU build" if torch.version.cuda is None
+               else reasons[0] if reasons else "no CUDA device is visible")
+        print(f"{os.path.basename(sys.argv[0])}: --cuda: {why}; running on the CPU", file=sys.stderr)
+    return torch.device("cpu")
+
+
+def update_options(torch_version: str, device: torch.device) -> dict | None:
+    """inductor's settings for compiling the update: none, but on CUDA with torch before 2.12. There inductor
+    crashes compiling a function that mixes foreach kernels (the Adam written out, the target networks' `lerp_`)
+    with reductions over tensors of other shapes, in its loop reordering after fusion (pytorch/pytorch#176591,
+    fixed by #176849, first released in torch 2.12): the update is compiled with that pass off, a fusion
+    heuristic given up so that the GPU machine's own torch, which often cannot be replaced, runs it."""
+    if device.type == "cuda" and torch.torch_version.TorchVersion(torch_version) < (2, 12):
+        return {"loop_ordering_after_fusion": False}
+    return None
 
 
 def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:
