@@ -639,16 +639,21 @@ def bind_why(figure: Figure) -> tuple[str | None, str]:
 
 # --- reruns: a source as a rerun with other numbers would have written it ------------------------------------
 
-def rewritten(written: str, factor: float) -> str:
-    """A number as written (sign, digits, decimals kept), times factor."""
+def rewritten(written: str, factor: float, always: bool = False) -> str:
+    """A number as written (sign, digits, decimals kept), times factor; always: changed in its last digit at
+    least."""
     decimals = len(written.split(".")[1]) if "." in written else 0
-    return ("+" if written.startswith("+") else "") + f"{float(written) * factor:.{decimals}f}"
+    text = f"{float(written) * factor:.{decimals}f}"
+    if always and float(text) == float(written):
+        text = f"{float(written) + 10 ** -decimals:.{decimals}f}"
+    return ("+" if written.startswith("+") else "") + text
 
 
-def rerun(path: Path, change, numbers: set[str] | None = None) -> str:
+def rerun(path: Path, change, numbers: set[str] | None = None, always: bool = False) -> str:
     """The text of a source with its numbers changed as a rerun would: change(key) -> a factor, or None to
-    keep the number; only the numbers whose keys are in numbers when it is given. A markdown source keeps
-    its lines (a number's place, its masked line); a JSON source its keys."""
+    keep the number; only the numbers whose keys are in numbers when it is given; always: every number
+    changed changes in its last digit at least (a small count too). A markdown source keeps its lines (a
+    number's place, its masked line); a JSON source its keys."""
     text = path.read_text(errors="ignore")
     if path.suffix == ".json":
         data = json.loads(text)
@@ -663,7 +668,8 @@ def rerun(path: Path, change, numbers: set[str] | None = None) -> str:
                     key = f"{rel(path)} | /{'/'.join(here)}"
                     factor = change(key) if numbers is None or key in numbers else None
                     if factor is not None:
-                        node[k] = type(v)(round(v * factor) if isinstance(v, int) else v * factor)
+                        new = v * factor if isinstance(v, float) else round(v * factor)
+                        node[k] = v + 1 if always and new == v else new
 
         walk(data, [])
         return json.dumps(data, indent=1)
@@ -680,7 +686,7 @@ def rerun(path: Path, change, numbers: set[str] | None = None) -> str:
             index += 1
             if factor is None or "e" in match.group().lower():
                 continue
-            pieces += [plain[last:match.start()], rewritten(match.group(), factor)]
+            pieces += [plain[last:match.start()], rewritten(match.group(), factor, always)]
             last = match.end()
         out.append("".join(pieces) + plain[last:] if pieces else line)
     return "\n".join(out) + "\n"
