@@ -760,7 +760,8 @@ def main() -> int:
         if args == ["--fresh"]:
             fresh, why = bind_why(figure)
             if fresh != key and not (key is None and figure.key in listed):
-                print(f"{where}: kept {key}\n    fresh {fresh or why}")
+                hand = raw.get(figure.key, {}).get("hand") if isinstance(raw.get(figure.key), dict) else None
+                print(f"{where}: kept {key}" + (f" (by hand: {hand})" if hand else "") + f"\n    fresh {fresh or why}")
             continue
         why = check(figure, old) if key is not None else None
         if key is not None and (why is None or "is not its source's number" in why):
