@@ -38,18 +38,21 @@ from benchmarks.common import header, write_results
 from leanrl_utils.events import read_scalars
 
 
-def run_once(config: str, common: list[str], steps: int, env_id: str | None, workdir: Path) -> dict:
+def run_once(config: str, common: list[str], steps: int, env_id: str | None, workdir: Path, env: dict | None = None,
+             timeout: float | None = None) -> dict:
+    """One run of a configuration: its fps (the last `charts/SPS`), warm-up and wall-clock time. `env` replaces
+    this process's environment as the run's base; past `timeout` seconds, subprocess.TimeoutExpired."""
     words = shlex.split(config)
     # leading NAME=value words set the run's environment (a library's switch, e.g. inductor's settings)
-    env = dict(w.split("=", 1) for w in itertools.takewhile(lambda w: re.match(r"^[A-Z_][A-Z0-9_]*=", w), words))
-    script, *flags = words[len(env):]
+    settings = dict(w.split("=", 1) for w in itertools.takewhile(lambda w: re.match(r"^[A-Z_][A-Z0-9_]*=", w), words))
+    script, *flags = words[len(settings):]
     cmd = [sys.executable, str(REPO / "leanrl" / f"{script}.py"), "--total-timesteps", str(steps), *common, *flags]
     if env_id:
         cmd += ["--env-id", env_id]
     run_dir = Path(tempfile.mkdtemp(dir=workdir))
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=run_dir, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(cmd, cwd=run_dir, env={**(os.environ if env is None else env), **settings},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"{config} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")

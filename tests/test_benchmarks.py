@@ -193,3 +193,63 @@ def test_one_name_per_study():
     orphans = {s for s in studies - shared if s not in pages and not any(s.startswith(f"{p}_") for p in pages)}
     assert orphans == set(), "a benchmark whose name is no page's"
     assert all(any(s == p or s.startswith(f"{p}_") for s in studies) for p in pages - {"gpu", "quoted", "learning"})
+
+
+def test_gpu_sitting_parts_dry_run_on_the_cpu(tmp_path, monkeypatch):
+    """The GPU sitting (benchmarks/gpu.py), its parts run on the CPU at tiny sizes: each writes what docs/gpu.md
+    says into the one folder; the speed part resumes the sitting from speed.json (a second command adds a round,
+    it does not start again), and a run that would not fit in the budget is left out, in the log."""
+    from benchmarks import gpu
+
+    monkeypatch.setattr(gpu, "PAIRS", {"dqn": ("dqn", "CartPole-v1", 700, "--learning-starts 200 --measure-after 5")})
+    monkeypatch.setattr(gpu, "MODES", ["eager", "--cudagraphs"])
+    pendulum = ["--env-id", "Pendulum-v1", "--learning-starts", "200"]
+    monkeypatch.setattr(gpu, "MAIN_JOB", ["sac_continuous_action_torchcompile", "--cudagraphs"])
+    monkeypatch.setattr(gpu, "MAIN_TASK", pendulum)
+    monkeypatch.setattr(gpu, "LEARN_TASK", pendulum)
+    sitting = gpu.Sitting(tmp_path, budget=600)
+    sitting.env = {k: v for k, v in ENV.items() if k != "MUJOCO_GL"}  # the tests' share of the cores, no CUDA
+    gpu.machine(sitting)
+    gpu.main_job(sitting, steps=420)  # logs at steps 300 and 400
+    gpu.speed(sitting, ["dqn"], rounds=1)
+    gpu.learn(sitting, steps=500)
+
+    main = json.loads((tmp_path / "main_job.json").read_text())
+    assert main["returncode"] == 0 and main["fps"][0] > 0 and main["logged"]["losses/qf_loss"] == 2, main
+    data = json.loads((tmp_path / "speed.json").read_text())
+    runs = data["pairs"]["dqn"]["runs"]
+    assert [len(runs[m]) for m in gpu.MODES] == [1, 1] and all(r[0]["sps"] > 0 for r in runs.values()), runs
+    gpu.speed(sitting, ["dqn"], rounds=2)  # a second command: a second round, the first one kept
+    again = json.loads((tmp_path / "speed.json").read_text())["pairs"]["dqn"]["runs"]
+    assert [len(again[m]) for m in gpu.MODES] == [2, 2] and again["eager"][0] == runs["eager"][0]
+    rows = table_rows((tmp_path / "speed.md").read_text())
+    eager = statistics.median(r["sps"] for r in again["eager"])
+    assert rows[1][0] == "dqn (700 steps)" and rows[1][1] == f"{eager:.1f} (2 rounds)", rows
+
+    learning = json.loads((tmp_path / "learning.json").read_text())
+    compiled, eager_run = learning["compiled"], learning["eager"]
+    assert compiled["returncode"] == 0 and compiled["last_step"] >= 400 and "charts/episodic_return" in compiled["scalars"]
+    assert eager_run["returncode"] in (0, 130) and eager_run["scalars"]["charts/start"], eager_run["stderr_tail"]
+    assert json.loads((tmp_path / "machine.json").read_text())["commit"]
+
+    tight = gpu.Sitting(tmp_path, budget=1)  # nothing fits: every run is left out, and said so
+    gpu.speed(tight, ["dqn"], rounds=3)
+    assert json.loads((tmp_path / "speed.json").read_text())["pairs"]["dqn"]["runs"] == again
+    assert (tmp_path / "sitting.log").read_text().count("left out") == len(gpu.MODES)
+
+
+def test_gpu_speed_table_is_computed_from_the_rounds():
+    """The GPU speed table from made-up rounds: medians over the rounds that measured a mode, ratios to eager
+    over the rounds that measured both, --compile --cudagraphs against JAX by the tie rule, a failure named."""
+    from benchmarks.gpu import speed_table
+
+    def runs(*fps):
+        return [{"sps": x, "warmup": 1.0, "wall": 5.0} if x else {"error": "boom\nmore", "wall": 5.0} for x in fps]
+    data = {"pairs": {"sac": {"steps": 7000, "runs": {
+        "eager": runs(100, 120), "--compile --cudagraphs": runs(300, 480), "JAX": runs(200, 210),
+        "--compile": runs(None, None)}}}}
+    row = table_rows(speed_table(data))[1]
+    assert row[0] == "sac (7000 steps)" and row[1] == "110.0 (2 rounds)"
+    assert row[2] == "390.0 (2 rounds, 3.50x eager)"  # 300/100 and 480/120: their median
+    assert row[4] == "failed: boom" and row[5] == "1.89x"  # the rounds' 1.50 and 2.29
+    assert row[6] == "faster"  # 300 and 480 both above JAX's 200-210
