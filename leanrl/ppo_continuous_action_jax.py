@@ -405,7 +405,9 @@ def main(args: Args) -> None:
     writer = make_writer(args, run_name, started)
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it (here the jit
     # compilation of `act` and `update`) is logged apart
-    speed = Speed(writer, start_step=0, warmup_steps=args.measure_after * args.batch_size)
+    # the first calls compile (jax.jit): a line above the progress bar says so, and how long it took
+    speed = Speed(writer, start_step=0, warmup_steps=args.measure_after * args.batch_size,
+                  busy="compiling (jax.jit)")
     episodic_return = float("nan")
 
     # TRY NOT TO MODIFY: start the game
@@ -497,8 +499,9 @@ def check_args(args: Args) -> None:
         value = getattr(args, name)
         if value < 0 or (value == 0 and name in positive):
             fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
-    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
-        fail(f"--gamma and --gae-lambda must be in [0, 1], got {args.gamma} and {args.gae_lambda}")
+    for name in ("gamma", "gae_lambda"):  # discounts: each named alone when it is out of range
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
     if args.target_kl is not None and args.target_kl < 0:
         fail(f"--target-kl must be >= 0 (or left unset), got {args.target_kl}")
     batch = args.num_envs * args.num_steps
@@ -538,12 +541,37 @@ def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:
         atexit.register(wandb.finish)
     writer = SummaryWriter(f"runs/{run_name}")
     writer.add_scalar = ctrl_c_held(writer.add_scalar)  # a Ctrl-C waits for the write in progress
+    writer.add_scalar = stop_if_diverged(writer.add_scalar, args)  # a NaN loss stops the run
     # one point whose wall time is the run's start: time to a given return counts from it, set-up and
     # compilation before the first logged value included
     writer.add_scalar("charts/start", 0, 0, walltime=started)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     atexit.register(writer.close)  # registered last, runs first: before wandb.finish
     return writer
+
+
+def diverged(what: str, args: Args, step: int | None = None) -> None:
+    """Training diverged: every update after a NaN is NaN too, so the run stops. One line names the step, what is
+    not a finite number and the learning rates; exit code 3; what was logged is kept (the writer closes at exit)."""
+    for bar in list(getattr(tqdm.tqdm, "_instances", ())):
+        bar.close()  # the progress bar's line ends before the message's
+    rates = ", ".join(f"--{name.replace('_', '-')} {value:g}" for name, value in vars(args).items()
+                      if isinstance(value, float) and (name.endswith("_lr") or name == "learning_rate"))
+    print(f"{os.path.basename(sys.argv[0])}: error: step {step}: {what}: training diverged; a smaller learning rate "
+          f"({rates}) may help", file=sys.stderr)
+    sys.exit(3)
+
+
+def stop_if_diverged(write, args: Args):
+    """`write` (the writer's add_scalar) that stops the run (`diverged`) once a loss it logs is not a finite
+    number, after writing it."""
+
+    def checked(tag, value, step=None, *more, **kwargs):
+        written = write(tag, value, step, *more, **kwargs)
+        if tag.startswith("losses/") and not math.isfinite(float(value)):
+            diverged(f"{tag} is {float(value)}", args, step)
+        return written
+    return checked
 
 
 def ctrl_c_held(write):
@@ -564,16 +592,22 @@ def ctrl_c_held(write):
 
 class Speed:
     """`charts/SPS` over a window that starts `warmup_steps` after `start_step`, once the warm-up
-    (here the jit compilation) is over; `charts/warmup_time` is the time before it."""
+    (here the jit compilation) is over; `charts/warmup_time` is the time before it. With `busy` (what the
+    warm-up does), a line says so when it starts and how long it took when it ends."""
 
-    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int):
-        self.writer, self.steps, self.times = writer, (start_step, start_step + warmup_steps), {}
+    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int, busy: str | None = None):
+        self.writer, self.steps, self.times, self.busy = writer, (start_step, start_step + warmup_steps), {}, busy
 
     def tick(self, step: int) -> None:
         if step in self.steps:
             self.times[step] = time.perf_counter()
+            if step == self.steps[0] and self.busy:  # a line above the progress bar, which stalls meanwhile
+                tqdm.tqdm.write(f"warm-up: {self.busy}; fps are counted after it", file=sys.stderr)
             if step == self.steps[1]:
-                self.writer.add_scalar("charts/warmup_time", self.times[step] - self.times[self.steps[0]], step)
+                warmup = self.times[step] - self.times[self.steps[0]]
+                self.writer.add_scalar("charts/warmup_time", warmup, step)
+                if self.busy:
+                    tqdm.tqdm.write(f"warm-up done in {warmup:.1f} s", file=sys.stderr)
 
     def log(self, step: int) -> float | None:
         if step <= self.steps[1] or self.steps[1] not in self.times:
@@ -583,9 +617,61 @@ class Speed:
         return sps
 
 
-if __name__ == "__main__":
+def parse_args(argv: list[str] | None = None) -> Args:
+    """tyro's command line, where a mistake stops in one line: an unknown flag names the nearest real ones (by
+    name, or by the words of their help: --learning-rate finds the flags whose help says "learning rate"), and a
+    value tyro cannot read is named in tyro's own words, without its box. --help is tyro's."""
+    import contextlib
+    import difflib
+    import inspect
+    import io
+    import itertools
+    import re
+
+    drawn = io.StringIO()
     try:
-        main(tyro.cli(Args))
+        with contextlib.redirect_stderr(drawn):  # tyro draws an error in a box: its first lines are kept
+            args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True)
+    except SystemExit as err:
+        if not err.code:  # --help
+            raise
+        lines = [line.strip("│╭╮╰╯ ") for line in drawn.getvalue().splitlines()[1:]]
+        said = " ".join(line for line in itertools.takewhile(lambda line: not line.startswith("─"), lines) if line)
+        fail(said or "the command line cannot be read; --help lists the flags")
+    if unknown:
+        flag = unknown[0].split("=")[0]
+        if not flag.startswith("-"):
+            fail(f"{flag!r} is neither a flag nor a flag's value; --help lists the flags")
+        helps = {"--" + name.replace("_", "-"): text.lower().split()
+                 for name, text in re.findall(r'^    (\w+):.*\n    """(.*?)"""', inspect.getsource(Args), flags=re.M)}
+        near = [name for name, words in helps.items() if all(w in words for w in flag.lstrip("-").split("-"))]
+        near += [name for name in difflib.get_close_matches(flag, helps, n=3, cutoff=0.75) if name not in near]
+        near = near[:3]
+        fail(f"{flag}: no such flag" + (f"; did you mean {', '.join(near[:-1]) + ' or ' * (len(near) > 1) + near[-1]}?"
+                                        if near else "; --help lists the flags"))
+    return args
+
+
+def run(argv: list[str] | None = None) -> None:
+    """What `python leanrl/<this file>.py` does: read the command line, train, and end a run that diverged or
+    was interrupted in one line."""
+    cli = parse_args(argv)
+    try:
+        main(cli)
+    except ValueError as err:
+        # torch.distributions refuses parameters that are not finite numbers: training diverged before a
+        # logged loss could show it
+        if "found invalid values" not in str(err):
+            raise
+        import traceback
+
+        steps = [frame.f_locals["global_step"] for frame, _ in traceback.walk_tb(err.__traceback__)
+                 if "global_step" in frame.f_locals]  # main()'s step when the error was raised
+        diverged("a distribution's parameters are not finite numbers", cli, steps[-1] if steps else None)
     except KeyboardInterrupt:
         print("interrupted; what was logged is kept in runs/", file=sys.stderr)
         sys.exit(130)
+
+
+if __name__ == "__main__":
+    run()
