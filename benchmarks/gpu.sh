@@ -15,6 +15,9 @@ if [ -d .whl ]; then
   tar xzf .whl/envpool-atari.tgz -C "$site"
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
+# the project's own package (leanrl_utils) from this checkout: `pip install -e .` needs a package index for its
+# build tools, which such a machine may not have
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # MuJoCo picks its OpenGL backend from MUJOCO_GL at import; the runs here render nothing, and a machine without
 # the EGL library fails to import mujoco at all with MUJOCO_GL=egl
 unset MUJOCO_GL

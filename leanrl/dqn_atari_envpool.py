@@ -23,6 +23,7 @@ How it differs from CleanRL's script (which uses gymnasium's Atari wrappers):
 
 import atexit
 import copy
+import importlib.util
 import math
 import os
 import random
@@ -302,8 +303,8 @@ def main(args: Args) -> None:
                     target_param.data.copy_(args.tau * q_param.data + (1.0 - args.tau) * target_param.data)
 
     if args.save_model:
-        # serves --save-model only: imported here, from the repository root, so this file alone still trains
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        # serves --save-model only, from the project's package (pip install -e .): imported here, so that this
+        # file alone still trains
         from leanrl_utils.evals import evaluate
 
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
@@ -319,6 +320,9 @@ def check_args(args: Args) -> None:
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+    if args.save_model and importlib.util.find_spec("leanrl_utils") is None:  # before hours of training
+        fail("--save-model plays the saved policy back with the project's leanrl_utils, which is not installed: "
+             "pip install -e . from the repository (or leave the flag out)")
     positive = ["total_timesteps", "learning_rate", "buffer_size", "batch_size", "target_network_frequency",
                 "train_frequency", "exploration_fraction", "eval_episodes"]
     for name in positive + ["learning_starts", "measure_after", "start_e", "end_e"]:

@@ -16,6 +16,7 @@ reset step ever enters the rollout as a transition.
 """
 
 import atexit
+import importlib.util
 import math
 import os
 import random
@@ -361,8 +362,8 @@ def main(args: Args) -> None:
             pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
 
     if args.save_model:
-        # serves --save-model only: imported here, from the repository root, so this file alone still trains
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        # serves --save-model only, from the project's package (pip install -e .): imported here, so that this
+        # file alone still trains
         from leanrl_utils.evals import evaluate
 
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
@@ -382,6 +383,9 @@ def check_args(args: Args) -> None:
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+    if args.save_model and importlib.util.find_spec("leanrl_utils") is None:  # before hours of training
+        fail("--save-model plays the saved policy back with the project's leanrl_utils, which is not installed: "
+             "pip install -e . from the repository (or leave the flag out)")
     positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
                 "eval_episodes"]
     for name in positive + ["clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "measure_after"]:

@@ -36,6 +36,7 @@ What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 """
 
 import atexit
+import importlib.util
 import math
 import os
 import random
@@ -428,8 +429,8 @@ def main(args: Args) -> None:
                     pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
 
     if args.save_model:
-        # serves --save-model only: imported here, from the repository root, so this file alone still trains
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        # serves --save-model only, from the project's package (pip install -e .): imported here, so that this
+        # file alone still trains
         from leanrl_utils.evals import evaluate
 
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
@@ -460,6 +461,9 @@ def check_args(args: Args) -> None:
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+    if args.save_model and importlib.util.find_spec("leanrl_utils") is None:  # before hours of training
+        fail("--save-model plays the saved policy back with the project's leanrl_utils, which is not installed: "
+             "pip install -e . from the repository (or leave the flag out)")
     positive = ["total_timesteps", "buffer_size", "batch_size", "policy_lr", "q_lr", "policy_frequency",
                 "target_network_frequency", "eval_episodes"]
     for name in positive + ["learning_starts", "measure_after", "alpha"]:  # alpha: also when autotune ignores it

@@ -1,11 +1,12 @@
 """Load back a policy saved with `--save-model`, and play it.
 
 This is the one helper module the contract (CONTRIBUTING.md) allows (CleanRL's `cleanrl_utils/evals`),
-kept beside `leanrl/` so that every file there is a script: the scripts import it only
-under `--save-model`, so that a script copied alone still trains. A checkpoint names its algorithm; the policy is rebuilt with the eager
-script's classes, so a model saved by either script of a pair loads the same way.
+kept beside `leanrl/` so that every file there is a script: the scripts import it only under
+`--save-model`, so that a script copied alone still trains. A checkpoint names its algorithm; the policy is
+rebuilt with the eager script's classes, loaded back from the script (scripts.load_script) because the
+single-file rule keeps them there alone, so a model saved by any script of a family loads the same way.
 
-    from leanrl_utils.evals import load_policy, evaluate      # from the repository root
+    from leanrl_utils.evals import load_policy, evaluate      # the project's package: pip install -e .
     policy, args = load_policy("runs/<run>/sac_continuous_action.pt")[:2]
     returns = evaluate("runs/<run>/sac_continuous_action.pt", eval_episodes=5)
 """

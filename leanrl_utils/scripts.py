@@ -1,5 +1,6 @@
 """The scripts of leanrl/: their folder, the pairs, and one loader, shared by evals.py, the benchmarks and
-the tests (the scripts themselves import nothing from here).
+the tests (the scripts themselves import nothing from here). It loads a script back because the single-file
+rule keeps each network, buffer and update in its script and nowhere else: the script is the one definition.
 
 A pair is an algorithm's eager script (the reference) and its optimized twin (`<eager>_torchcompile`); its
 family is the pair with its JAX twin (`<eager>_jax`), as CONTRIBUTING.md defines them. A checkpoint saved with

@@ -74,6 +74,24 @@ def test_each_mistake_names_its_own_flag(script, argv, expected, monkeypatch, ca
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("script", CHECKED)
+def test_save_model_without_the_project_package_is_refused_before_training(script, monkeypatch, capsys, tmp_path):
+    """--save-model plays the policy back with leanrl_utils: where it is not installed (a script copied alone), the
+    run stops in one line before any work, not after hours of training."""
+    import importlib.util
+
+    module = load_script(script)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "leanrl_utils" else find_spec(name, *a))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [f"leanrl/{script}.py", "--save-model"])
+    with pytest.raises(SystemExit) as stopped:
+        module.run(["--save-model"])
+    line = one_line(stopped.value.code, capsys.readouterr().err, script)
+    assert "--save-model" in line and "pip install -e ." in line, line
+    assert not (tmp_path / "runs").exists()
+
+
 RATES = {"sac_continuous_action": ["--q-lr", "1e9", "--policy-lr", "1e9"]}
 
 
