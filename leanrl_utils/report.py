@@ -300,8 +300,33 @@ def build(root: Path, out: Path) -> Path:
     return report
 
 
+def panels(n: int, width: float = 3.6, height: float = 3.0):
+    """A grid of `n` panels, three to a row (a page shows them without zooming), the unused ones hidden."""
+    import math
+
+    import matplotlib.pyplot as plt
+
+    cols = min(3, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(7.0, width * cols + 0.6), height * rows + 1.4), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def seeds_said(runs: list[Run], modes: list[str]) -> str:
+    """How many seeds each mode of a panel has: one number if they agree."""
+    counts = {m: sum(r.mode == m for r in runs) for m in modes if any(r.mode == m for r in runs)}
+    if len(set(counts.values())) == 1:
+        n = next(iter(counts.values()))
+        return f"{n} seed{'s' * (n > 1)} per mode"
+    return "seeds: " + ", ".join(f"{MODE_LABELS[m]} {n}" for m, n in counts.items())
+
+
 def plot(by_algo: dict[str, list[Run]], out: Path, caption: str, last: int) -> list[Path]:
-    """return_vs_time.png (the headline), fps.png, return_vs_steps.png; each names `caption`."""
+    """return_vs_time.png (the headline), fps.png, return_vs_steps.png; each names `caption`. A panel per pair
+    in a grid, one legend for all, below the panels (outside the data)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -312,10 +337,14 @@ def plot(by_algo: dict[str, list[Run]], out: Path, caption: str, last: int) -> l
     colors = {m: c for m, c in zip(MODES, ["tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"])}
     paths = []
 
-    def finish(fig, title, name):
-        fig.suptitle(title, fontsize=10)
-        fig.text(0.5, 0.01, caption, ha="center", fontsize=6, wrap=True)
-        fig.tight_layout(rect=(0, 0.05, 1, 1))
+    def finish(fig, title, name, modes=()):
+        fig.suptitle(title, fontsize=10, y=0.995)
+        if modes:  # one legend for every panel, under the title: the modes drawn, by colour
+            handles = [plt.Line2D([], [], color=colors[m], lw=6) for m in modes]
+            fig.legend(handles, [MODE_LABELS[m] for m in modes], loc="upper center", ncol=min(len(modes), 6),
+                       fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.965))
+        fig.text(0.5, 0.005, caption, ha="center", va="bottom", fontsize=6, wrap=True)
+        fig.tight_layout(rect=(0, 0.07, 1, 0.93 if modes else 0.96))
         paths.append(out / name)
         fig.savefig(paths[-1], dpi=80)
         plt.close(fig)
@@ -323,8 +352,9 @@ def plot(by_algo: dict[str, list[Run]], out: Path, caption: str, last: int) -> l
     # episodic return against wall-clock time (the headline) and against steps
     for xaxis, name, label in [("time", "return_vs_time.png", "wall-clock time (s, from the run's start)"),
                                ("step", "return_vs_steps.png", "environment steps")]:
-        fig, axes = plt.subplots(1, len(algos), figsize=(max(6.0, 3.6 * len(algos) + 1), 3.9), squeeze=False)
-        for ax, algo in zip(axes[0], algos):
+        fig, axes = panels(len(algos))
+        drawn = []
+        for ax, algo in zip(axes, algos):
             for m in MODES:
                 curves = []
                 for r in by_algo[algo]:
@@ -333,26 +363,26 @@ def plot(by_algo: dict[str, list[Run]], out: Path, caption: str, last: int) -> l
                         continue
                     xs = np.array([s if xaxis == "step" else w - r.start for s, w, _ in pts])
                     curves.append((xs, np.array([v for _, _, v in pts])))
-                label_ = f"{MODE_LABELS[m]} ({len(curves)} seeds)"
                 lines = [c for c in curves if len(c[0]) >= 2]
                 if lines:  # median over seeds on a common grid, up to where the shortest run ends
                     grid = np.linspace(0, min(xs[-1] for xs, _ in lines), 60)
                     ys = np.array([np.interp(grid, xs, smooth(ys, last)) for xs, ys in lines])
-                    ax.plot(grid, np.median(ys, 0), color=colors[m], label=label_)
+                    ax.plot(grid, np.median(ys, 0), color=colors[m])
                     ax.fill_between(grid, ys.min(0), ys.max(0), color=colors[m], alpha=0.2)
                 dots = [c for c in curves if len(c[0]) == 1]
                 if dots:  # a run with a single finished episode is a point, not a curve
-                    ax.scatter([xs[0] for xs, _ in dots], [ys[0] for _, ys in dots], color=colors[m], s=14,
-                               label=None if lines else label_)
+                    ax.scatter([xs[0] for xs, _ in dots], [ys[0] for _, ys in dots], color=colors[m], s=14)
+                if curves and m not in drawn:
+                    drawn.append(m)
             env = ", ".join(sorted({r.env_id for r in by_algo[algo]}))
-            ax.set_title(f"{algo} ({env})", fontsize=8)
+            ax.set_title(f"{algo} ({env})\n{seeds_said(by_algo[algo], MODES)}", fontsize=8)
             ax.set_xlabel(label, fontsize=7)
             ax.set_ylabel(f"episodic return (mean of the last {last})", fontsize=7)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=6)
-            else:
+            ax.tick_params(labelsize=7)
+            if not ax.has_data():
                 ax.text(0.5, 0.5, "no episode finished", transform=ax.transAxes, ha="center", fontsize=8)
-        finish(fig, f"Episodic return vs {label.split(' (')[0]}: median over seeds, min-max shaded", name)
+        finish(fig, f"Episodic return vs {label.split(' (')[0]}: median over seeds, min-max shaded", name,
+               [m for m in MODES if m in drawn])
         if xaxis == "time":  # fps after the headline
             fps_plot(by_algo, algos, colors, finish)
     return paths
@@ -368,10 +398,9 @@ def smooth(values, n: int):
 
 
 def fps_plot(by_algo, algos, colors, finish):
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(algos), figsize=(max(6.0, 3.2 * len(algos) + 1), 3.8), squeeze=False)
-    for ax, algo in zip(axes[0], algos):
+    fig, axes = panels(len(algos), height=2.8)
+    drawn = []
+    for ax, algo in zip(axes, algos):
         modes = [m for m in MODES if any(r.mode == m and r.sps is not None for r in by_algo[algo])]
         med, lo, hi = [], [], []
         for m in modes:
@@ -380,19 +409,45 @@ def fps_plot(by_algo, algos, colors, finish):
             lo.append(med[-1] - min(sps))
             hi.append(max(sps) - med[-1])
         ax.bar(range(len(modes)), med, yerr=[lo, hi], capsize=3, color=[colors[m] for m in modes])
-        ax.set_xticks(range(len(modes)), [MODE_LABELS[m].replace(" ", "\n", 1) for m in modes], fontsize=7)
+        ax.set_xticks(range(len(modes)), [MODE_LABELS[m].replace(" ", "\n", 1) for m in modes], fontsize=6)
         ax.set_title(algo, fontsize=9)
         ax.set_ylabel("env steps per second (median, min-max)", fontsize=7)
-    finish(fig, "Steady-state fps per mode (higher is better)", "fps.png")
+        ax.tick_params(axis="y", labelsize=7)
+        drawn += [m for m in modes if m not in drawn]
+    finish(fig, "Steady-state fps per mode (higher is better)", "fps.png", [m for m in MODES if m in drawn])
+
+
+def replot(folder: Path) -> list[Path]:
+    """The plots of a committed report again, from its raw data alone (scalars/*.csv) and the command, hardware
+    and episode count its report.md names: for a report made before the plots changed."""
+    runs = [read_scalars_csv(p) for p in sorted((folder / "scalars").glob("*.csv"))]
+    text = (folder / "report.md").read_text()
+    command = next(line for line in text.splitlines() if line.startswith(("Command: ", "Commands, in this order: ")))
+    said = next(line for line in text.splitlines() if line.startswith("Hardware: "))[len("Hardware: "):]
+    # "cpu <model (family, model, ...)>, cores 2, gpu none, ...": split before each key, not inside the CPU's name
+    keys = "|".join(describe_machine())
+    hw = dict(item.split(" ", 1) for item in re.split(rf", (?=(?:{keys}) )", said) if " " in item)
+    last = int(re.search(r"the mean of each run's last (\d+)\s+episodes", text).group(1))
+    by_algo = defaultdict(list)
+    for r in runs:
+        if r.sps is not None:
+            by_algo[r.algo].append(r)
+    return plot(by_algo, folder, f"{command} | {hw.get('cpu', '?')}, {hw.get('cores', '?')} cores, GPU: "
+                                 f"{hw.get('gpu', 'none')}, torch {hw.get('torch', '?')}", last)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", type=Path, help="folder holding the runs (searched recursively)")
     parser.add_argument("--out", type=Path, default=None, help="where report.md and the plots go (default: root)")
+    parser.add_argument("--replot", action="store_true",
+                        help="only redraw the plots of a report folder (root) from its scalars/*.csv and report.md")
     opts = parser.parse_args()
     if not opts.root.is_dir():
         raise SystemExit(f"report: {opts.root} is not a folder")
+    if opts.replot:
+        print("\n".join(str(p) for p in replot(opts.root)))
+        return
     print(build(opts.root, opts.out or opts.root))
 
 

@@ -252,3 +252,33 @@ def test_report_with_the_preset_flags_runs_that_did_not_learn(tmp_path):
     not_run = text.split("## In the preset, not run")[1].split("##")[0]  # only dqn ran
     assert "- sac (`--env-id InvertedDoublePendulum-v4" in not_run and "dqn" not in not_run
     assert text.index("![return_vs_time]") < text.index("## dqn")
+
+
+def test_plots_are_a_grid_with_one_legend_outside_the_panels(tmp_path):
+    """The report's plots put their panels three to a row (five pairs: two rows) and one legend for all of them
+    above the panels, not inside one; --replot draws a committed report's plots again from its CSVs alone."""
+    import shutil
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig, axes = report.panels(5)
+    assert len(axes) == 5 and fig.axes[0].get_gridspec().get_geometry() == (2, 3)
+    assert [ax.get_visible() for ax in fig.axes] == [True] * 5 + [False]
+    folder = tmp_path / "zen5"
+    shutil.copytree(REPO / "docs" / "learning" / "zen5", folder)
+    for png in folder.glob("*.png"):
+        png.unlink()
+    legends, axes_legend = [], matplotlib.axes.Axes.legend
+    figure_legend = matplotlib.figure.Figure.legend
+
+    def recording(self, *args, **kwargs):
+        legends.append(type(self).__name__)
+        return (figure_legend if isinstance(self, matplotlib.figure.Figure) else axes_legend)(self, *args, **kwargs)
+    matplotlib.figure.Figure.legend = matplotlib.axes.Axes.legend = recording
+    try:
+        paths = report.replot(folder)
+    finally:
+        matplotlib.figure.Figure.legend, matplotlib.axes.Axes.legend = figure_legend, axes_legend
+    assert sorted(p.name for p in paths) == ["fps.png", "return_vs_steps.png", "return_vs_time.png"]
+    assert all(p.stat().st_size > 0 for p in paths) and legends == ["Figure"] * 3  # one per plot, none in a panel
