@@ -15,8 +15,8 @@ and why:
   step and the target copy; the train state and the buffer are donated, so XLA updates
   them in place (a 1M-frame buffer is 7 GB: a copy per update is out of the question);
 - the steps are staged on the host and reach the device once per update (every
-  `train_frequency` steps): one call and one small copy per update instead of one per
-  env step;
+  `train_frequency` steps): one call and at most one small copy per update instead of
+  one each per env step;
 - the Nature CNN runs in the NHWC layout that XLA's convolutions take: the uint8
   frames are transposed once inside jit, before they become floats;
 - the greedy action is a jitted forward pass; ε-greedy is decided on the host, as in
@@ -425,8 +425,8 @@ def main(args: Args) -> None:
         if random.random() < epsilon:
             actions = np.array([envs.single_action_space.sample()])
         else:
-            # the uint8 frames cross to the device and the action back: a copy each way, and the host waits
-            # for the forward pass (the env needs the action anyway)
+            # the uint8 frames cross to the device and the action back (on a GPU, a copy each way), and the
+            # host waits for the forward pass (the env needs the action anyway)
             actions = np.asarray(greedy_action(state.params, obs))
 
         # TRY NOT TO MODIFY: execute the game and log data.
@@ -450,7 +450,7 @@ def main(args: Args) -> None:
         if global_step > args.learning_starts:
             speed.tick(global_step)
             if global_step % args.train_frequency == 0:
-                # one call: the staged steps cross to the device (one small copy, no wait) and the update is
+                # one call: the staged steps cross to the device (one small copy at most, no wait) and the update is
                 # queued; the host plays on while it runs, until a greedy action needs the new weights
                 state, rb, out = update(state, rb, *staged.take(), global_step % args.target_network_frequency == 0)
 

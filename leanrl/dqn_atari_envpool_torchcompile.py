@@ -5,14 +5,17 @@ Each optimization carries a comment saying what it saves:
 
 - the replay buffer keeps its frames (each stored once, as uint8) on the training
   device and rebuilds the stacks there: a batch is a gather on the device, and a
-  frame crosses from the host once, when it is stored; its bookkeeping (a few
+  frame enters the buffer from the host once, when it is stored (acting sends its own
+  stack); its bookkeeping (a few
   numbers per slot) stays on the host, where reading it costs no sync;
 - frames and convolutions in the channels-last layout;
 - the target network is updated with one fused `lerp_`;
 - `--compile`: `torch.compile` of the loss with its backward pass (the fused
-  optimizer step stays eager: one kernel), and of the acting step on a GPU;
-- `--cudagraphs`: the whole update, and the greedy acting step, replayed as one
-  CUDA graph each (tensordict's `CudaGraphModule`): one launch for all of its kernels on a GPU;
+  optimizer step stays eager: one call over every weight), and of the acting step on
+  a GPU;
+- `--cudagraphs`: the whole update, the greedy acting step and the target copy,
+  replayed as one CUDA graph each (tensordict's `CudaGraphModule`): one launch for
+  all of its kernels on a GPU;
 - no `.item()` in the hot loop but the action handed to the environment.
 
 The two scripts draw the same batches (the replay buffer has a generator of its
@@ -278,8 +281,8 @@ def main(args: Args) -> None:
     # from the CPU generator, on any device
     q_network = QNetwork(envs).to(device, memory_format=torch.channels_last)  # see QNetwork.forward
     q_params = from_module(q_network).data  # detached views of the weights, shared storage
-    # fused: one kernel per step, its state on the device; capturable under CUDA graphs: a replayed step
-    # reads its step count on the device
+    # fused: one call per step over every weight, its state on the device; capturable under CUDA graphs: a
+    # replayed step reads its step count on the device
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True, capturable=graphs)
     # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
     with torch.device("meta"):  # shells without weights of their own: each runs the weights put into it
@@ -323,7 +326,8 @@ def main(args: Args) -> None:
             torch._inductor.config.fallback_random = True
         # trace loss.backward() into the compiled graph: forward and backward become one graph
         torch._dynamo.config.trace_autograd_ops = True
-        # the optimizer step stays eager: one fused kernel, that compiled would add graph breaks
+        # the optimizer step stays eager: one fused call, which compiled would add graph breaks (torch.optim
+        # breaks the graph around step() by design)
         loss_and_grads = torch.compile(loss_and_grads)
         if device.type in COMPILED_ACTING:
             policy = torch.compile(policy)

@@ -13,9 +13,9 @@ What it does differently from `dqn.py`, and why:
   are staged on the host in one small array and reach the device once per update
   (every `train_frequency` steps), written by the update itself: with a single env, a
   write per step would add a jitted call (its dispatch and a copy) to every env step.
-  A host buffer whose batches are copied over runs about as fast on a CPU, but moves
-  `batch_size` rows per update instead of `train_frequency`, and draws the batch
-  outside the jitted update;
+  A host buffer whose batches are copied over would move `batch_size` rows per update
+  instead of `train_frequency`, and draw the batch outside the jitted update (the two
+  buffers' speeds are compared in no committed output);
 - the greedy action is a jitted forward pass; ε-greedy is decided on the host, as in
   the eager script, so that an exploring step runs no network;
 - the batches come from JAX's PRNG (a key carried in the train state), not from
@@ -201,7 +201,8 @@ class ReplayBuffer(NamedTuple):
 
 class StagedSteps:
     """The transitions played since the last write to the device, staged on the host: one row of one float32
-    array each (observation, next observation, action, reward, done), so that they cross in one copy."""
+    array each (observation, next observation, action, reward, done), so that they cross in one copy at most
+    (on the CPU, JAX may read them in place)."""
 
     def __init__(self, rows: int, obs_dim: int):
         self.shape, self.obs_dim = (rows, 2 * obs_dim + 3), obs_dim
@@ -320,8 +321,8 @@ def main(args: Args) -> None:
         if random.random() < epsilon:
             action = env.action_space.sample()
         else:
-            # the observation crosses to the device and the action back: a copy each way, and the host waits
-            # for the forward pass (the env needs the action anyway)
+            # the observation crosses to the device and the action back (on a GPU, a copy each way), and the
+            # host waits for the forward pass (the env needs the action anyway)
             action = int(greedy_action(state.params, np.asarray(obs, np.float32)[None]))
 
         # TRY NOT TO MODIFY: execute the game and log data.
@@ -346,7 +347,7 @@ def main(args: Args) -> None:
         if global_step > args.learning_starts:
             speed.tick(global_step)
             if global_step % args.train_frequency == 0:
-                # one call: the staged rows cross to the device (one small copy, no wait) and the update is
+                # one call: the staged rows cross to the device (one small copy at most, no wait) and the update is
                 # queued; the host plays on while it runs, until a greedy action needs the new weights
                 state, rb, out = update(state, rb, *staged.take(), global_step % args.target_network_frequency == 0)
 

@@ -4,15 +4,17 @@ The algorithm and defaults of `dqn.py`; only the execution changes. Each
 optimization carries a comment saying what it saves:
 
 - the replay buffer is one tensor of rows preallocated on the training device (a
-  transition per row), staged on the host and copied once per batch; a batch is one
-  gather there, returned as a TensorDict of views;
+  transition per row), staged on the host and copied over in one copy when a batch is
+  drawn (or when the stage fills); a batch is one gather there, returned as a TensorDict
+  of views;
 - the greedy action calls the layers' functions on the weights directly, not
   the module: at batch 1 the module machinery costs more than the math;
 - the target network is updated with one fused `lerp_`;
 - `--compile`: `torch.compile` of the loss with its backward pass (the fused
-  optimizer step stays eager: one kernel);
-- `--cudagraphs`: the whole update, and the greedy acting step, replayed as one
-  CUDA graph each (tensordict's `CudaGraphModule`): one launch for all of its kernels on a GPU;
+  optimizer step stays eager: one call over every weight);
+- `--cudagraphs`: the whole update, the greedy acting step and the target copy,
+  replayed as one CUDA graph each (tensordict's `CudaGraphModule`): one launch for
+  all of its kernels on a GPU;
 - no `.item()` in the hot loop but the action handed to the environment: losses
   are read back only at logging intervals.
 
@@ -230,8 +232,8 @@ def main(args: Args) -> None:
     # from the CPU generator, on any device
     q_network = QNetwork(env).to(device)
     q_params = from_module(q_network).data  # detached views of the weights, shared storage
-    # fused: one kernel per step, its state on the device; capturable under CUDA graphs: a replayed step
-    # reads its step count on the device
+    # fused: one call per step over every weight, its state on the device; capturable under CUDA graphs: a
+    # replayed step reads its step count on the device
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True, capturable=graphs)
     # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
     with torch.device("meta"):  # shells without weights of their own: each runs the weights put into it
@@ -274,7 +276,8 @@ def main(args: Args) -> None:
             torch._inductor.config.fallback_random = True
         # trace loss.backward() into the compiled graph: forward and backward become one graph
         torch._dynamo.config.trace_autograd_ops = True
-        # the optimizer step stays eager: one fused kernel, that compiled would add graph breaks
+        # the optimizer step stays eager: one fused call, which compiled would add graph breaks (torch.optim
+        # breaks the graph around step() by design)
         loss_and_grads = torch.compile(loss_and_grads)
         if device.type in COMPILED_ACTING:
             policy = torch.compile(policy)

@@ -11,17 +11,18 @@ What it does differently, and why:
   step of the 84x84 frames and the writes into the rollout storage never return to
   Python between steps; the host sees the rollout once per iteration, to log the
   finished games. Host stepping (`envs.step(np.asarray(action))` after a jitted
-  acting step) pays a dispatch, a wait and copies of the frames at every step; on a
-  CPU, where the network and the emulator dominate, both run at about the same speed,
-  and the XLA rollout keeps the loop to one host crossing per iteration;
+  acting step) pays a dispatch, a wait and copies of the frames at every step, which
+  the XLA rollout does without, keeping the loop to one host crossing per iteration
+  (how the two compare in speed is in no committed output);
 - the whole update is one jitted function: the bootstrap value, GAE as a reverse
   `lax.scan`, and all epochs x minibatches as one `lax.scan`, with each epoch's
   permutation drawn inside from the key, the loss, its gradient, the gradient
   clipping and the Adam step; the train state is donated, so the new parameters
-  overwrite the old ones. On the CPU both scans are unrolled: XLA's CPU backend
-  runs the convolutions' backward pass many times slower inside a loop (what a
-  rolled scan compiles to) than in straight-line code; unrolled, compilation takes
-  longer, more so the more epochs x minibatches;
+  overwrite the old ones. On the CPU both scans are unrolled, so that XLA compiles
+  the convolutions' backward pass as straight-line code, not inside the while loop a
+  rolled scan compiles to, where XLA's CPU backend was seen to run it much slower
+  when this script was written (no committed output measures the two); unrolled,
+  compilation takes longer, more so the more epochs x minibatches;
 - the Nature CNN runs in NHWC, XLA's native convolution layout: the uint8 frames are
   transposed once, when they are acted on, and stored so. `--save-model` converts
   the weights to the eager script's layout (OIHW convolutions, and the first Dense
@@ -396,10 +397,10 @@ def make_functions(args: Args, agent: Agent, optimizer: optax.GradientTransforma
             state, stats = jax.lax.cond(stopped, skip, run, state)
             return (state, stopped | (stats["approx_kl"][-1] > args.target_kl)), (stats, ~stopped)
 
-        # XLA's CPU backend runs the convolutions' backward pass many times slower inside a loop (a rolled
-        # scan compiles to a while loop) than in straight-line code: on the CPU both scans are unrolled
-        # (the same computation, compiled as straight-line code; compilation takes longer the more epochs
-        # x minibatches there are). On a GPU they stay rolled: one compiled minibatch step
+        # on the CPU both scans are unrolled: the same computation, compiled as straight-line code, not
+        # inside the while loop a rolled scan compiles to, where XLA's CPU backend was seen to run the
+        # convolutions' backward pass much slower (see the docstring; compilation takes longer the more
+        # epochs x minibatches there are). On a GPU they stay rolled: one compiled minibatch step
         unroll = jax.default_backend() == "cpu"
         (state, _), (stats, ran) = jax.lax.scan(epoch, (state, jnp.array(False)), permutations, unroll=unroll)
         return state, stats, ran

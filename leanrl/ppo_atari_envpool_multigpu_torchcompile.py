@@ -302,8 +302,8 @@ def main(args: Args) -> None:
         agent_inference = Agent(envs)
     from_module(agent).data.to_module(agent_inference, preserve_module_state=False)
     # the learning rate is a tensor annealed in place: compiled code and CUDA graphs read its new value;
-    # fused: one kernel per step, its state on the device; capturable under CUDA graphs: a replayed step
-    # reads its step count on the device
+    # fused: one call per step over every weight, its state on the device; capturable under CUDA graphs: a
+    # replayed step reads its step count on the device
     optimizer = optim.Adam(agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
                            fused=True, capturable=graphs)
     # from here on, each rank its own random numbers (actions, minibatches)
@@ -416,12 +416,13 @@ def main(args: Args) -> None:
         torch._dynamo.config.trace_autograd_ops = True
         policy = torch.compile(policy)
         gae_chunk_fn = torch.compile(gae_chunk)  # a chunk unrolls into one fused kernel
-        # the optimizer step stays eager: one fused kernel, that compiled would add graph breaks
+        # the optimizer step stays eager: one fused call, which compiled would add graph breaks (torch.optim
+        # breaks the graph around step() by design)
         loss_and_grads = torch.compile(loss_and_grads)
 
     if args.cudagraphs:
-        # the acting step, GAE and the whole minibatch update (zero_grad, forward, backward, clipping,
-        # step) each become one graph replay; the warm-up calls before the capture let compilation
+        # the acting step, GAE and the whole minibatch update (zero_grad, forward, backward, all-reduce,
+        # clipping, step) each become one graph replay; the warm-up calls before the capture let compilation
         # finish (without CUDA: called directly)
         warnings.filterwarnings("ignore", "This module is instantiated on a machine without CUDA")
         # tensordict logs each graph module it sets up (INFO): nothing a user acts on
@@ -444,7 +445,7 @@ def main(args: Args) -> None:
     # TRY NOT TO MODIFY: start the game
     global_step = 0
     next_obs, _ = envs.reset()
-    next_obs = torch.as_tensor(next_obs, device=device)  # made on the device directly: one copy
+    next_obs = torch.as_tensor(next_obs, device=device)  # made on the device directly: at most one copy
     next_done = torch.zeros(args.num_envs, device=device)
 
     pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step", disable=rank != 0)
@@ -468,7 +469,8 @@ def main(args: Args) -> None:
 
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-            # straight into the preallocated rollout on the device: one copy, no CPU tensor in between
+            # straight into the preallocated rollout: `torch.as_tensor` wraps the numpy array with no host copy
+            # of its own (on a GPU it makes the one copy to the device), then one write in place
             rollout["rewards"][step] = torch.as_tensor(reward, device=device)
             next_done = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
             next_obs = torch.as_tensor(next_obs, device=device)
@@ -513,7 +515,7 @@ def main(args: Args) -> None:
             writer.add_scalar("charts/episodic_return", episodic_return, game_step)
             writer.add_scalar("charts/episodic_length", episodic_length, game_step)
 
-        # the only reads of device values, once per iteration
+        # the reads of device values but the action (and --target-kl's check), once per iteration
         last = stats[-1]
         # over the transitions only, as the losses: envpool's reset steps are left out
         kept = (1.0 - batch["dones"]).cpu().numpy() > 0

@@ -9,7 +9,8 @@ the execution changes. Each optimization carries a comment saying what it saves:
   run fastest;
 - the categorical policy is written out (no Distribution object and its checks);
 - GAE runs as a reverse scan over fixed-size chunks: a compiled chunk replaces
-  dozens of small ops per time step, and compiles once whatever the rollout length;
+  the eager loop's dozen or so small ops per time step, and compiles once whatever
+  the rollout length;
 - the learning rate lives in a tensor annealed in place: no recompilation;
 - each minibatch update is one function, from the minibatch to the Adam step:
   gradients from `torch.autograd.grad` (nothing to zero), clipping and Adam written
@@ -264,7 +265,8 @@ class Adam:
 
     @torch.no_grad()
     def step(self, grads) -> None:
-        # one foreach call per operation over every tensor: a few kernels per step in eager mode too
+        # one foreach call per operation over every tensor: in eager mode too a step is a few calls, not a few
+        # per weight (on a GPU a few kernels; on a CPU each call loops over the tensors inside)
         torch._foreach_lerp_(self.exp_avg, grads, 1 - self.beta1)
         torch._foreach_mul_(self.exp_avg_sq, self.beta2)
         torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, 1 - self.beta2)
@@ -418,8 +420,8 @@ def main(args: Args) -> None:
         update = torch.compile(update)
 
     if args.cudagraphs:
-        # the acting step, GAE and the whole minibatch update (zero_grad, forward, backward, clipping,
-        # step) each become one graph replay; the warm-up calls before the capture let compilation
+        # the acting step, GAE and the whole minibatch update (forward, backward, clipping, Adam step)
+        # each become one graph replay; the warm-up calls before the capture let compilation
         # finish (without CUDA: called directly)
         warnings.filterwarnings("ignore", "This module is instantiated on a machine without CUDA")
         # tensordict logs each graph module it sets up (INFO): nothing a user acts on
@@ -440,7 +442,7 @@ def main(args: Args) -> None:
     # TRY NOT TO MODIFY: start the game
     global_step = 0
     next_obs, _ = envs.reset()
-    next_obs = torch.as_tensor(next_obs, device=device)  # made on the device directly: one copy
+    next_obs = torch.as_tensor(next_obs, device=device)  # made on the device directly: at most one copy
     next_done = torch.zeros(args.num_envs, device=device)
 
     pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step")
@@ -463,7 +465,8 @@ def main(args: Args) -> None:
 
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-            # straight into the preallocated rollout on the device: one copy, no CPU tensor in between
+            # straight into the preallocated rollout: `torch.as_tensor` wraps the numpy array with no host copy
+            # of its own (on a GPU it makes the one copy to the device), then one write in place
             rollout["rewards"][step] = torch.as_tensor(reward, device=device)
             next_done = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
             next_obs = torch.as_tensor(next_obs, device=device)
@@ -494,7 +497,7 @@ def main(args: Args) -> None:
             if args.target_kl is not None and stats[-1]["approx_kl"] > args.target_kl:  # a host sync, opt-in
                 break
 
-        # the only reads of device values, once per iteration
+        # the reads of device values but the action (and --target-kl's check), once per iteration
         last = stats[-1]
         # over the transitions only, as the losses: envpool's reset steps are left out
         kept = (1.0 - batch["dones"]).cpu().numpy() > 0

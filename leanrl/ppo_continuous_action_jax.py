@@ -24,18 +24,18 @@ does differently, and why:
   gradients are clipped as torch's `clip_grad_norm_` does (max_norm / (norm + 1e-6)),
   and Adam is optax's `scale_by_adam` with torch's eps (1e-5 here), times the
   learning rate;
-- the training statistics are fetched once per iteration, when they are logged.
-
-gymnasium 1.x vector environments reset a finished episode on the *next* step by
-default; this script, as the eager one, asks for same-step autoreset, so that the
-step that ends an episode returns the first observation of the next one
-(`next_done` marks it) and no reset step ever enters the rollout as a transition.
-The environments run on the host, with the eager script's wrappers;
+- the training statistics are fetched once per iteration, when they are logged;
 - shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic`
   as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), the
   checkpoint played on the device the eager script would train on, and a train state that is a plain
   `NamedTuple` of params and optax states (flax's `TrainState` would add an `apply_fn` that the
   jitted functions, which close over their networks, never call).
+
+gymnasium 1.x vector environments reset a finished episode on the *next* step by
+default; this script, as the eager one, asks for same-step autoreset, so that the
+step that ends an episode returns the first observation of the next one
+(`next_done` marks it) and no reset step ever enters the rollout as a transition.
+The environments run on the host, with the eager script's wrappers.
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 
@@ -430,8 +430,8 @@ def main(args: Args) -> None:
             global_step += args.num_envs
 
             # ALGO LOGIC: action logic. The host crossings of a step: the observation and done flags go
-            # to the device (a copy), the action comes back (np.asarray: a copy, and the host waits
-            # for the queued work to finish): what the environment step needs, nothing more
+            # to the device, the action comes back (np.asarray: the host waits for the queued work to
+            # finish; on a GPU each crossing is a copy): what the environment step needs, nothing more
             rollout, action, key = act(state.params, rollout, step, next_obs, next_done, key)
 
             # TRY NOT TO MODIFY: execute the game and log data.

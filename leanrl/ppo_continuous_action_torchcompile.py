@@ -6,11 +6,12 @@ saves:
 
 - the rollout is a TensorDict preallocated on the training device, written in place:
   the acting step writes its row at a device counter; rewards and done flags are
-  staged on the host and copied once per iteration; no other host copies but the
-  action handed to the environment;
+  staged on the host and copied once per iteration; the one copy back to the host in a
+  step is the action handed to the environment;
 - the Gaussian policy is written out (no Distribution object and its checks);
 - GAE runs as a reverse scan over fixed-size chunks: a compiled chunk replaces
-  dozens of small ops per time step, and compiles once whatever the rollout length;
+  the eager loop's dozen or so small ops per time step, and compiles once whatever
+  the rollout length;
 - each minibatch update is one function, from its indices to the Adam step: the
   minibatch gathered from the flattened rollout inside it, gradients from
   `torch.autograd.grad` (nothing to zero), clipping and Adam written out over
@@ -256,7 +257,8 @@ class Adam:
 
     @torch.no_grad()
     def step(self, grads) -> None:
-        # one foreach call per operation over every tensor: a few kernels per step in eager mode too
+        # one foreach call per operation over every tensor: in eager mode too a step is a few calls, not a few
+        # per weight (on a GPU a few kernels; on a CPU each call loops over the tensors inside)
         torch._foreach_lerp_(self.exp_avg, grads, 1 - self.beta1)
         torch._foreach_mul_(self.exp_avg_sq, self.beta2)
         torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, 1 - self.beta2)
@@ -502,7 +504,7 @@ def main(args: Args) -> None:
             if args.target_kl is not None and stats[-1]["approx_kl"] > args.target_kl:  # a host sync, opt-in
                 break
 
-        # the only reads of device values, once per iteration
+        # the reads of device values but the action (and --target-kl's check), once per iteration
         last = stats[-1]
         y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
         var_y = np.var(y_true)

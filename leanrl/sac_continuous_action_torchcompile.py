@@ -7,19 +7,24 @@ saves:
 - the twin Q-networks run as one `torch.vmap`'d ensemble (one batched matmul per
   layer for both critics, one optimizer over stacked weights);
 - the replay buffer is one tensor of rows preallocated on the training device, a
-  transition per row, staged on the host and copied once per batch; the update
-  gathers its batch from it with one index;
+  transition per row, staged on the host and copied over in one copy when a batch
+  is drawn (or when the stage fills); the update gathers its batch from it with
+  one index;
 - each update (critic, delayed actor and temperature, target networks) is one
   function: gradients come from `torch.autograd.grad` (only those asked for, nothing
   to zero) and Adam is written out over tensors (`Adam` below), so that the whole
   update can be one compiled program;
 - the target networks are updated with one fused `lerp_`;
 - `--compile`: `torch.compile` of the acting step and of the whole update, one
-  graph per kind of update (with or without the delayed actor step); on a CPU with
-  inductor's C++ wrapper (kernels called from C++);
-- `--cudagraphs`: each kind of update, and the acting step, replayed as one CUDA
-  graph (tensordict's `CudaGraphModule`): one launch for all of its kernels on a GPU;
-- no `.item()` in the hot loop: values are read back only at logging intervals.
+  graph per variant of the update that runs (a delayed actor step or not, a target
+  step or not: four variants, two of which run with the default
+  `--target-network-frequency`); on a CPU with inductor's C++ wrapper (kernels
+  called from C++);
+- `--cudagraphs`: each variant of the update, and the acting step, replayed as one
+  CUDA graph (tensordict's `CudaGraphModule`): one launch for all of its kernels on
+  a GPU;
+- no `.item()` in the hot loop: but for the action handed to the environment, values
+  are read back only at logging intervals.
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 
@@ -258,7 +263,8 @@ class Adam:
 
     @torch.no_grad()
     def step(self, grads) -> None:
-        # one foreach call per operation over every tensor: a few kernels per step in eager mode too
+        # one foreach call per operation over every tensor: in eager mode too a step is a few calls, not a few
+        # per weight (on a GPU a few kernels; on a CPU each call loops over the tensors inside)
         torch._foreach_lerp_(self.exp_avg, grads, 1 - self.beta1)
         torch._foreach_mul_(self.exp_avg_sq, self.beta2)
         torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, 1 - self.beta2)
@@ -318,7 +324,7 @@ def main(args: Args) -> None:
         return qnet_params, qnet_target, qnet
 
     qnet_params, qnet_target, qnet = get_q_params()
-    # stacked weights: one Adam over both critics (Adam written out below: one program with the update)
+    # stacked weights: one Adam over both critics (Adam written out above: one program with the update)
     q_optimizer = Adam(qnet_params.values(True, True), lr=args.q_lr)
     actor_optimizer = Adam(actor.parameters(), lr=args.policy_lr)
 
@@ -466,7 +472,7 @@ def main(args: Args) -> None:
             out_main, out_pol = out, (out if policy_step else out_pol)
 
             if global_step % 100 == 0:
-                # the only reads of device values in the loop, at logging intervals
+                # the only reads of device values in the loop but the action, at logging intervals
                 # the last policy step's values, then this step's (the critic's values are this step's)
                 logs = (out_pol.to_dict() if out_pol is not None else {}) | out_main.to_dict()
                 for key, value in logs.items():

@@ -340,7 +340,8 @@ def main(args: Args) -> None:
             action = env.action_space.sample()
         else:
             action, key = act(state.actor_params, obs, key)
-            # the step's one device-to-host crossing (a copy, and a wait for the queued update it depends on)
+            # the step's one read back to the host but at logging steps: a wait for the queued update it
+            # depends on (and, on a GPU, a copy)
             action = np.asarray(action)
 
         # TRY NOT TO MODIFY: execute the game and log data.
