@@ -16,7 +16,9 @@ own torch and no package index), then runs this. The parts, in the order given, 
   sitting (speed.md: the table, from every round so far);
 - learn: the main job learning (SAC, HalfCheetah-v4, --compile --cudagraphs, --learn-steps steps), then the
   eager script for the same wall-clock time, stopped with a Ctrl-C (which keeps its logs): both runs' returns
-  against wall-clock time and their raw scalars (learning.json).
+  against wall-clock time and their raw scalars (learning.json);
+- limits: the GPU limit study (`python -m benchmarks.gpu_limits`, its docstring) into limits/, in what is left
+  of the budget.
 machine.json (GPU, driver, CPU, versions, commit) and sitting.log (what ran, how long, how it ended) are
 written every time. The budget counts from the start: a part or a run that would not fit is left out and
 sitting.log says so. On a machine without CUDA everything runs on the CPU (the GPU tests skip): the dry run
@@ -248,7 +250,7 @@ def _learning_record(cmd, proc, took, cwd: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="the sitting's folder (docs/gpu/<gpu>_<date>)")
-    parser.add_argument("--parts", default="tests,main,speed", help="of tests, main, speed, learn; in this order")
+    parser.add_argument("--parts", default="tests,main,speed", help="of tests, main, speed, learn, limits; in this order")
     parser.add_argument("--budget", type=float, default=560.0, help="seconds for the whole command")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="pytest-xdist workers for the tests")
     parser.add_argument("--main-steps", type=int, default=8000, help="--total-timesteps of the main job's run")
@@ -266,8 +268,8 @@ def main() -> None:
     if opts.out is None:
         parser.error("give --out (or --summary FOLDER)")
     parts = opts.parts.split(",")
-    if unknown := set(parts) - {"tests", "main", "speed", "learn"}:
-        parser.error(f"--parts: no such part {sorted(unknown)}; the parts are tests, main, speed, learn")
+    if unknown := set(parts) - {"tests", "main", "speed", "learn", "limits"}:
+        parser.error(f"--parts: no such part {sorted(unknown)}; the parts are tests, main, speed, learn, limits")
     if unknown := set(opts.pairs.split(",")) - set(PAIRS):
         parser.error(f"--pairs: no such pair {sorted(unknown)}; the pairs are {', '.join(PAIRS)}")
     sitting = Sitting(opts.out, opts.budget)
@@ -285,6 +287,11 @@ def main() -> None:
             speed(sitting, opts.pairs.split(","), opts.rounds)
         elif part == "learn":
             learn(sitting, opts.learn_steps)
+        elif part == "limits":  # the GPU limit study (benchmarks/gpu_limits.py) into <out>/limits, in what is left
+            sitting.log("limits: python -m benchmarks.gpu_limits")
+            proc, took = sitting.run([sys.executable, "-m", "benchmarks.gpu_limits", "--out", str(sitting.out / "limits"),
+                                      "--budget", f"{sitting.left() - 20:.0f}"], sitting.left())
+            sitting.log(f"limits: {'ran out of time' if proc is None else f'exit {proc.returncode}'} ({took:.0f} s)")
     sitting.log(f"sitting: done, {sitting.left():.0f} s of the budget left")
 
 

@@ -420,7 +420,7 @@ def launch() -> None:
     probe.finish(error)
 
 
-LAUNCH = f"import sys; sys.path.insert(0, {str(REPO)!r}); from benchmarks.gpu_limits import launch; launch()"
+LAUNCH = "from benchmarks.gpu_limits import launch; launch()"  # run with the repository on PYTHONPATH (run_row)
 
 
 # ==================================================================================================
@@ -906,6 +906,8 @@ def run_row(pair: str, mode: str, opts, timeout: float, env: dict, why_not_profi
                   "why_not": why_not_profiled}
         cmd = [sys.executable, "-c", LAUNCH, json.dumps(config), str(script), *args, *flags]
         with open(Path(tmp) / "stderr.txt", "w") as err:
+            # the launcher imports this module from the repository, whatever the run's folder
+            env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))}
             proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=err,
                                     start_new_session=True)
             try:

@@ -270,6 +270,7 @@ def main(args: Args) -> None:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
+    pick_threads()  # fewer CPU threads where other programs keep the cores busy
     device = pick_device(args, local_rank)  # a backend that cannot run here stops here, before any collective
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -578,6 +579,30 @@ def check_args(args: Args) -> None:
              f"{args.world_size} x --num-envs x --num-steps = {batch * args.world_size})")
     if batch % args.num_minibatches != 0:
         fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
+
+
+def pick_threads() -> None:
+    """torch's CPU threads: one per core (torch's default), cut to the cores that other programs leave free, at
+    least one. A parallel region waits for its slowest thread, and a thread whose core another program holds
+    waits for its turn, so on a busy machine fewer threads run faster (docs/speed_settings.md). The load is
+    read from /proc/stat (Linux) over a fifth of a second, before the run does any work; a user's
+    OMP_NUM_THREADS wins. The thread count can change the last digits of a run's numbers: a cut says so."""
+    if "OMP_NUM_THREADS" in os.environ or not os.path.exists("/proc/stat"):
+        return
+
+    def ticks():  # (all, idle + iowait) jiffies of every CPU since boot
+        with open("/proc/stat") as f:
+            cpu = [int(x) for x in f.readline().split()[1:]]
+        return sum(cpu), cpu[3] + cpu[4]
+
+    (total, idle), _, (total_after, idle_after) = ticks(), time.sleep(0.2), ticks()
+    busy = (1 - (idle_after - idle) / max(1, total_after - total)) * (os.cpu_count() or 1)  # CPUs others use
+    cores = torch.get_num_threads()
+    threads = max(1, min(cores, round(cores - busy)))
+    if threads < cores:
+        torch.set_num_threads(threads)
+        print(f"{os.path.basename(sys.argv[0])}: other programs keep {busy:.1f} of {os.cpu_count()} CPUs busy: torch "
+              f"runs on {threads} thread{'s' * (threads > 1)}, not {cores} (OMP_NUM_THREADS sets it)", file=sys.stderr)
 
 
 def pick_device(args: Args, local_rank: int) -> torch.device:

@@ -127,3 +127,51 @@ def test_loop_ordering_is_switched_off_only_where_torch_lacks_the_fix(script, tm
     monkeypatch.setattr(module.torch, "compile", recording_compile)
     run_in_process(script, *SPECS[script].short, "--compile", cwd=tmp_path)
     assert handed == [None]
+
+
+def test_the_torch_scripts_share_one_pick_threads():
+    import inspect
+
+    sources = {inspect.getsource(load_script(s).pick_threads) for s in TORCH_SCRIPTS}
+    assert len(TORCH_SCRIPTS) == 14 and len(sources) == 1, f"{len(sources)} versions of pick_threads"
+
+
+@pytest.mark.parametrize("script", ["sac_continuous_action_torchcompile", "ppo_atari_envpool_multigpu"])
+def test_a_busy_machine_gets_fewer_threads(script, monkeypatch, capsys):
+    """The CPUs other programs keep busy (read from /proc/stat twice) are taken from torch's threads, at least one
+    left, and said in one line; an idle machine keeps torch's default, and a user's OMP_NUM_THREADS wins."""
+    import io
+    import time
+
+    module = load_script(script)
+    readings, chosen = [], []
+
+    def proc_stat(path, *args, **kwargs):
+        assert path == "/proc/stat"
+        return io.StringIO(readings.pop(0))
+    monkeypatch.setattr(module, "open", proc_stat, raising=False)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    monkeypatch.setattr(module.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    monkeypatch.setattr(torch, "set_num_threads", chosen.append)
+    monkeypatch.setattr(sys, "argv", [f"leanrl/{script}.py"])
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+    # 60% of four CPUs busy over the reading (user 300 + idle 200 of 500 jiffies): 2.4 CPUs, 2 threads left
+    readings[:] = ["cpu  100 0 100 800 0 0 0 0 0 0\n", "cpu  400 0 100 1000 0 0 0 0 0 0\n"]
+    module.pick_threads()
+    assert chosen == [2]
+    assert capsys.readouterr().err == (f"{script}.py: other programs keep 2.4 of 4 CPUs busy: torch runs on 2 threads, "
+                                       "not 4 (OMP_NUM_THREADS sets it)\n")
+    # everything busy: still one thread
+    readings[:] = ["cpu  0 0 0 1000 0 0 0 0 0 0\n", "cpu  500 0 0 1000 0 0 0 0 0 0\n"]
+    module.pick_threads()
+    assert chosen == [2, 1] and "torch runs on 1 thread, not 4" in capsys.readouterr().err
+    # idle: torch's default, nothing said
+    readings[:] = ["cpu  0 0 0 1000 0 0 0 0 0 0\n", "cpu  5 0 0 1495 0 0 0 0 0 0\n"]
+    module.pick_threads()
+    assert chosen == [2, 1] and capsys.readouterr().err == ""
+    # a user's OMP_NUM_THREADS: /proc/stat is not even read
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    module.pick_threads()
+    assert chosen == [2, 1] and readings == []
