@@ -42,7 +42,7 @@ options:
   --preset NAME    a preset of leanrl_utils/presets.json: its pairs, tasks, step budgets and modes
                    (cpu: learning curves on a 2-core CPU, eager against --compile and the JAX twin, hours;
                    halfcheetah_1m: PPO on HalfCheetah-v4 at CleanRL's 1M steps, eager against
-                   --compile, 70 minutes as one lane per seed side by side, see the README)
+                   --compile and the JAX twin, over an hour on 2 cores: docs/learning.md)
   --redo           run again the runs already complete
   -h, --help       this help
 EOF

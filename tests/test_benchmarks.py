@@ -253,3 +253,25 @@ def test_gpu_speed_table_is_computed_from_the_rounds():
     assert row[2] == "390.0 (2 rounds, 3.50x eager)"  # 300/100 and 480/120: their median
     assert row[4] == "failed: boom" and row[5] == "1.89x"  # the rounds' 1.50 and 2.29
     assert row[6] == "faster"  # 300 and 480 both above JAX's 200-210
+
+
+def test_busy_machine_table_and_load():
+    """speed_settings_busy: the table's medians, per-round ratios to the setting before and verdicts, per task and
+    machine state, from made-up rounds; its load spins the cores it is asked for, and stops with its context."""
+    import os
+
+    from benchmarks.speed_settings_busy import Load, table
+
+    def runs(*fps):
+        return [{"sps": x, "warmup": 30.0, "wall": 60.0} for x in fps]
+    data = {"rounds": 2, "updates": 400, "load": 2, "whole": {"idle": [50.0, 54.0], "busy": [70.0, 90.0]},
+            "runs": {"first run": {"busy": {"2 threads (before)": runs(10, 12), "1 thread": runs(80, 84),
+                                            "default": runs(79, 90)}}}}
+    rows = table_rows(table(data))
+    assert rows[1][:8] == ["first run", "busy", "2 threads (before)", "11.0", "10.0-12.0", "1.00x", "first", "30.0"]
+    assert rows[2][3:7] == ["82.0", "80.0-84.0", "7.50x", "faster"]  # 8.0 and 7.0
+    assert rows[3][5] == "7.70x" and rows[-2] == ["idle", "52.0", "50.0-54.0", "2"]
+    with Load(2) as load:
+        assert [p.poll() for p in load.procs] == [None, None]
+        pids = [p.pid for p in load.procs]
+    assert all(not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z" for pid in pids)
