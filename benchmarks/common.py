@@ -105,6 +105,15 @@ class NoCompiling:
             self.check()
 
 
+def one_line(err: BaseException, limit: int = 240) -> str:
+    """An error on one line, for a table's cell or a message: its root cause (a compiler's failure is wrapped in
+    another, such as BackendCompilerFailed), its type and the first line of what it says."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:limit]
+
+
 def command_line() -> str:
     """The command that is running, as it would be typed from the repository root: a module of the repository
     (a benchmark) as `python -m benchmarks.X`."""

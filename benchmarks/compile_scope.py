@@ -48,7 +48,8 @@ import torch
 import torch.nn as nn
 from tensordict import from_modules
 
-from benchmarks.common import built, device_sync, dynamo_counts, free_port, load_script, NoCompiling, percentile, provenance, save, shell, time_calls
+from benchmarks.common import built, device_sync, dynamo_counts, free_port, load_script, NoCompiling, one_line, percentile, provenance, save, \
+    shell, time_calls
 
 WORKLOADS = ["sac_critic", "ppo_mlp", "ppo_atari"]
 QUESTIONS = ["scope", "amp", "device", "ddp"]
@@ -414,13 +415,6 @@ def take_turns(workers: dict[str, list], rows: dict[str, Result], opts) -> None:
         r.calls, r.p50_ms, r.p10_ms, r.p90_ms = len(times[name]), *(percentile(times[name], q) * 1e3 for q in (50, 10, 90))
 
 
-def one_line(err: BaseException) -> str:
-    while err.__cause__ is not None:
-        err = err.__cause__
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:240]
-
-
 # ---------------------------------------------------------------------------------------------------
 # Questions
 # ---------------------------------------------------------------------------------------------------
@@ -506,19 +500,24 @@ def question_device(workload, device, opts):
                 module.to(device)
             params = [p for p in module.parameters() if p.requires_grad]
             opt = make_opt(params) if workload == "sac_critic" else torch.optim.Adam(params, lr=2.5e-4, eps=1e-5, fused=True)
-
-            def update(*b):
-                opt.zero_grad()
-                loss = compiled_forward(*b)
-                loss.backward()
-                clip(module)
-                opt.step()
-                return loss.detach()
-            return update, params
+            return stepping(opt, compiled_forward, module), params
         return factory
 
     variants = {".to(device) before torch.compile": v("before"), ".to(device) after torch.compile": v("after")}
     return measure("device", workload, variants, device, opts, compiled=list(variants))
+
+
+def stepping(opt, forward, module):
+    """An update of `module`: zeroed gradients, `forward` (eager, compiled or wrapped: it returns the loss), its
+    backward, the gradient clipping and the optimizer's step; the loss, detached."""
+    def update(*b):
+        opt.zero_grad()
+        loss = forward(*b)
+        loss.backward()
+        clip(module)
+        opt.step()
+        return loss.detach()
+    return update
 
 
 # DDP: 2 processes on loopback, each with its own batch; the reference is eager DDP (the mean gradient).
@@ -574,15 +573,7 @@ def ddp_rank(conn, rank, world, port, workload, device_type, opts, name):
             forward = compile_(wrapped)
         else:
             forward = wrapped
-
-        def update(*b):
-            opt.zero_grad()
-            loss = forward(*b)
-            loss.backward()
-            clip(module)
-            opt.step()
-            return loss.detach()
-        return update, params
+        return stepping(opt, forward, module), params
 
     setting = name.split("optimize_ddp=")[1].split(" ")[0] if "optimize_ddp=" in name else "ddp_optimizer"
     settings = dict(optimize_ddp=False if setting == "False" else setting, compiled_autograd=setting == "python_reducer")

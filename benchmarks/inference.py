@@ -45,7 +45,8 @@ import torch
 from tensordict import from_module
 from tensordict.nn import CudaGraphModule
 
-from benchmarks.common import built, device_sync, dynamo_counts, interleaved, load_script, NoCompiling, percentile, provenance, save, shell
+from benchmarks.common import built, device_sync, dynamo_counts, interleaved, load_script, NoCompiling, one_line, percentile, provenance, \
+    save, shell
 
 MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 POLICIES = ["atari", "ppo_mlp", "sac", "td3", "dqn", "dqn_module"]
@@ -158,14 +159,6 @@ class Row:
     samples_per_s: float = math.nan
     speedup: float = math.nan
     times: list = field(default_factory=list, repr=False)
-
-
-def one_line(err: BaseException) -> str:
-    """The root cause of an error, on one line (a backend's failure is wrapped in BackendCompilerFailed)."""
-    while err.__cause__ is not None:
-        err = err.__cause__
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:240]
 
 
 def flat(out) -> list[torch.Tensor]:

@@ -48,7 +48,7 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
-from benchmarks.common import built, free_port, load_script, provenance, save, shell
+from benchmarks.common import built, free_port, load_script, one_line, provenance, save, shell
 
 PERCENTILES = (50, 75, 90, 95)
 METRICS = ("agent latency (seconds)", "agent throughput", "observer latency (seconds)", "observer throughput")
@@ -267,15 +267,10 @@ def worker(rank, world_size, port, opts, config, queue):
         try:
             queue.put(("ok", coordinate(opts, config, world_size - 2)))
         except Exception as err:  # an observer died, a request timed out: say so, and stop everyone
-            queue.put(("error", one_line(err)))
+            queue.put(("error", one_line(err, limit=300)))
             rpc.shutdown(graceful=False)
             return
     rpc.shutdown()
-
-
-def one_line(err: BaseException) -> str:
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 def run_config(opts, config) -> dict:

@@ -20,7 +20,6 @@ Writes results.md and results.json into --out.
 """
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
