@@ -285,6 +285,7 @@ def log_differences(a: Run, b: Run, tags: list[str], rtol: float, atol: float = 
                     upto_step: int | None = None) -> list[str]:
     """The values logged under `tags` (up to `upto_step`) that differ between two runs beyond the tolerance,
     once it is checked that both runs logged every tag, at the same steps."""
+    assert tags, "no tags to compare: an empty comparison agrees on nothing"
     differences = []
     for tag in tags:
         xs = [(s, v) for s, v in a.scalars.get(tag, []) if upto_step is None or s <= upto_step]
@@ -303,11 +304,19 @@ def assert_close_logs(a: Run, b: Run, tags: list[str], rtol: float, atol: float 
 
 
 DETERMINISTIC_SKIP = ("charts/SPS", "charts/warmup_time")
+# logged by every run whatever it computes (one point at step 0, value 0: its wall time marks the start)
+NOT_COMPUTED = DETERMINISTIC_SKIP + ("charts/start",)
 
 
-def assert_identical_logs(a: Run, b: Run):
-    """Two runs logged exactly the same numbers (timings aside)."""
-    tags = sorted(t for t in a.scalars if t not in DETERMINISTIC_SKIP)
-    assert tags == sorted(t for t in b.scalars if t not in DETERMINISTIC_SKIP)
-    for tag in tags:
+def assert_identical_logs(a: Run, b: Run, tags: list[str] = ()):
+    """Two runs logged exactly the same numbers (timings aside): the same tags, each with the same points.
+    Two runs that logged nothing, or only their timings and start, agree on nothing: each must have logged
+    something it computed, and each of `tags` (the values the caller cares about) at least once."""
+    compared = sorted(t for t in a.scalars if t not in DETERMINISTIC_SKIP)
+    assert compared == sorted(t for t in b.scalars if t not in DETERMINISTIC_SKIP), \
+        f"the two runs logged different tags: {sorted(a.scalars)} vs {sorted(b.scalars)}"
+    assert set(compared) - set(NOT_COMPUTED), f"no computed value logged, only {sorted(a.scalars)}"
+    missing = [tag for tag in tags if not a.scalars.get(tag)]
+    assert not missing, f"not logged: {missing} (logged: {sorted(a.scalars)})"
+    for tag in compared:
         assert a.scalars[tag] == b.scalars[tag], f"{tag} differs between two runs of the same seed"

@@ -46,7 +46,7 @@ def test_optimized_script_learns_what_the_eager_one_learns(args, cached_run):
 @pytest.mark.parametrize("script", [EAGER, FAST])
 def test_same_seed_same_numbers(script, cached_run, tmp_path):
     again = run_script(script, *SHORT, cwd=tmp_path).check()
-    assert_identical_logs(cached_run(script, *SHORT).check(), again)
+    assert_identical_logs(cached_run(script, *SHORT).check(), again, LOSSES + ["charts/episodic_return"])
 
 
 # CartPole-v1: a random policy lasts 22 steps on average (std 12; over 100 groups of 50 episodes,
@@ -112,7 +112,7 @@ def test_atari_optimized_script_learns_what_the_eager_one_learns(args, cached_ru
 @pytest.mark.parametrize("script", [ATARI_EAGER, ATARI_FAST])
 def test_atari_same_seed_same_numbers(script, cached_run, tmp_path):
     again = run_script(script, *ATARI, cwd=tmp_path).check()
-    assert_identical_logs(cached_run(script, *ATARI).check(), again)
+    assert_identical_logs(cached_run(script, *ATARI).check(), again, LOSSES + ["charts/episodic_return"])
 
 
 @pytest.mark.parametrize("script", [ATARI_EAGER, ATARI_FAST])

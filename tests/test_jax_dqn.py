@@ -50,7 +50,8 @@ def test_short_run_logs_what_the_eager_script_logs(twin, cached_run):
 @pytest.mark.parametrize("twin", EAGER_OF)
 def test_same_seed_same_numbers(twin, cached_run, tmp_path):
     args = SHORT_RUNS[twin][0]
-    assert_identical_logs(cached_run(twin, *args).check(), run_script(twin, *args, cwd=tmp_path).check())
+    assert_identical_logs(cached_run(twin, *args).check(), run_script(twin, *args, cwd=tmp_path).check(),
+                          LOSSES + ["charts/episodic_return"])
 
 
 @pytest.mark.slow

@@ -5,7 +5,8 @@ and both scripts of each pair learn Pendulum."""
 import gymnasium as gym
 import pytest
 import torch
-from helpers import assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, learns_and_plays_back, load_script, run_script
+from helpers import (Run, assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, learns_and_plays_back,
+                     load_script, run_script)
 
 # 400 updates on Pendulum: losses logged at steps 300, 400, 500; three episodes of 200 steps
 SHORT = ("--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-starts", "200", "--seed", "3")
@@ -60,7 +61,22 @@ def test_optimized_script_learns_what_the_eager_one_learns(pair, cached_run):
 @pytest.mark.parametrize("script", [s for pair in TAGS for s in (eager(pair), fast(pair))])
 def test_same_seed_same_numbers(script, cached_run, tmp_path):
     again = run_script(script, *SHORT, cwd=tmp_path).check()
-    assert_identical_logs(cached_run(script, *SHORT).check(), again)
+    pair = script.split("_")[0]
+    assert_identical_logs(cached_run(script, *SHORT).check(), again, TAGS[pair] + ["charts/episodic_return"])
+
+
+def test_identical_logs_needs_something_logged(tmp_path):
+    """The same-seed tests' helper: two runs that logged nothing, or only their start and timings, or
+    not a tag the caller names, do not pass as identical."""
+    def run(scalars):
+        return Run(0, "", "", tmp_path, _scalars=scalars)
+
+    timings = {"charts/start": [(0, 0.0)], "charts/SPS": [(300, 1.0)], "charts/warmup_time": [(300, 2.0)]}
+    losses = timings | {"losses/qf_loss": [(300, 0.5)]}
+    for a, b, tags in [({}, {}, []), (timings, timings, []), (losses, losses, ["charts/episodic_return"])]:
+        with pytest.raises(AssertionError):
+            assert_identical_logs(run(a), run(b), tags)
+    assert_identical_logs(run(losses), run(losses | {"charts/SPS": [(300, 3.0)]}), ["losses/qf_loss"])
 
 
 # Pendulum-v1: a random policy scores -1256 per episode on average (std 296; over 40 groups of 5
