@@ -1,7 +1,8 @@
 """The JAX twins of the off-policy pairs (SAC, TD3): a short run logs what the eager script logs, a seed
 gives the same numbers twice, the replay buffer cuts the bootstrap at terminations only, the first
-update's losses equal the eager script's from the same weights, batch and random draws, and both twins
-learn Pendulum as the PyTorch pair does (the same task, budget and threshold as test_offpolicy)."""
+update's losses equal the eager script's from the same weights, batch and random draws (and over four
+updates every weight, the target networks' included), main() moves the targets on the eager script's steps,
+and both twins learn Pendulum as the PyTorch pair does (the same task, budget and threshold as test_offpolicy)."""
 
 import numpy as np
 import pytest
@@ -398,3 +399,38 @@ def test_train_step_jitted_equals_its_python_and_uses_every_key_once(pair, monke
     assert len(used) >= 8 and len(set(used)) == len(used), f"{len(used) - len(set(used))} keys used twice"
     for a, b in zip(jax.tree.leaves(compiled), jax.tree.leaves(python)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+# The tests above call `train_step` with the flags they choose; in a run main() chooses them. SAC's twin is the
+# one whose main() chooses the target step apart from the actor's (TD3's targets move inside `train_step`, with
+# its delayed actor step, which the four-update test follows). Here its main() runs four updates (steps 100 to
+# 103) with its jitted `train_step` wrapped, the actor stepping at every update (--policy-frequency 1) and the
+# targets every other (--target-network-frequency 2): the targets move at steps 100 and 102, as the eager
+# script's would, and at no other. A target step never made, made at every update, or tied to the actor's, fails.
+def test_main_moves_the_targets_on_the_eager_scripts_steps(monkeypatch, tmp_path):
+    module = load_script(twin("sac"))
+    make_update_fns, moved = module.make_update_fns, []
+
+    def targets(state):  # copied to the host: train_step donates the state it is given
+        return [np.array(x) for x in jax.tree.leaves(state.qf_target_params)]
+
+    def recording_make_update_fns(*args, **kwargs):
+        fns = make_update_fns(*args, **kwargs)
+        train_step = fns.train_step
+
+        def recording_train_step(state, *args, **kwargs):
+            before = targets(state)
+            state, *out = train_step(state, *args, **kwargs)
+            moved.append(any(not np.array_equal(a, b) for a, b in zip(before, targets(state))))
+            return state, *out
+
+        fns.train_step = recording_train_step
+        return fns
+
+    monkeypatch.setattr(module, "make_update_fns", recording_make_update_fns)
+    monkeypatch.setenv("XLA_FLAGS", "")  # main adds its GPU determinism flag: restored after the test
+    monkeypatch.chdir(tmp_path)
+    args = module.Args(env_id="Pendulum-v1", total_timesteps=104, learning_starts=99, buffer_size=1000, seed=4,
+                       cuda=False, policy_frequency=1, target_network_frequency=2)
+    module.main(args)
+    assert moved == [step % args.target_network_frequency == 0 for step in range(100, 104)], moved
