@@ -5,14 +5,17 @@ import os
 # worker inherits both from the process that started it.
 os.environ.setdefault("LEANRL_TEST_CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
+# Every test process, and every run it starts, on a pinned thread count, set before torch starts: under
+# pytest-xdist its share of the cores (N torch processes with a thread per core each would fight over them,
+# and spinning OpenMP threads make an oversubscribed run several times slower), and pinned in any case: the
+# scripts otherwise choose theirs from the machine's load (pick_threads), and a thread count can change the last
+# digits of a run, which the same-seed and eager-against-optimized comparisons would see.
+workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
-from helpers import ENV, WORKERS, RunCache  # noqa: E402
-
-if WORKERS > 1:  # this process's share of the cores too (see helpers.ENV)
-    torch.set_num_threads(int(ENV["OMP_NUM_THREADS"]))
+from helpers import RunCache  # noqa: E402
 
 
 @pytest.fixture(scope="session")

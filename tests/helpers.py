@@ -29,12 +29,10 @@ ENV = {
     # compiled kernels are cached on disk: later compiles of the same graphs in this run are faster
     "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
 }
-# Under pytest-xdist (`pytest -n N`), N tests run at once: each run gets its share of the cores, so that
-# N torch processes with a thread per core each do not fight over the cores (spinning OpenMP threads
-# make an oversubscribed run several times slower). Tests compare runs made with the same setting.
+# Under pytest-xdist (`pytest -n N`), N tests run at once: each run gets its share of the cores (its
+# OMP_NUM_THREADS, pinned by conftest.py for every run). Tests compare runs made with the same setting.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if WORKERS > 1:
-    ENV["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // WORKERS))
     # the JAX twins: XLA's CPU backend sizes its thread pool by the cores, not by OMP_NUM_THREADS
     # (XLA has no flag for a thread count: single-threaded Eigen is the one it offers)
     ENV["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
