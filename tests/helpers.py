@@ -1,4 +1,6 @@
-"""Shared test helpers: run a script of leanrl/ in a folder of its own, read what it logged."""
+"""Shared test helpers: run a script of leanrl/ in a folder of its own, read what it logged; and what several
+test files share (the pairs' short runs, learning tasks and hand-made data, the GPU runs, the script contract's
+table), written once here: no test file imports another."""
 
 import functools
 import os
@@ -10,6 +12,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from leanrl_utils.events import read_scalars  # noqa: E402
@@ -318,3 +322,322 @@ def assert_identical_logs(a: Run, b: Run, tags: list[str] = ()):
     assert not missing, f"not logged: {missing} (logged: {sorted(a.scalars)})"
     for tag in compared:
         assert a.scalars[tag] == b.scalars[tag], f"{tag} differs between two runs of the same seed"
+
+
+# --- The pairs' short runs, learning tasks and hand-made data: written once here, for the pair's own test
+# file and for those that hold other scripts to the same runs (the JAX twins' tests, test_gpu.py,
+# test_contract.py). Each name carries its pair's; the test files import it under their own short name.
+
+# test_dqn.py, test_jax_dqn.py, test_gpu.py: the DQN pairs
+# 1000 updates' worth of CartPole: 100 updates from step 500 (one every 10 steps), losses logged at
+# every 100th step from 600 to 1400 (9 times), target copies every 200 steps, dozens of episodes
+DQN_SHORT = ("--env-id", "CartPole-v1", "--total-timesteps", "1500", "--learning-starts", "500",
+             "--target-network-frequency", "200", "--seed", "3")
+DQN_GREEDY = DQN_SHORT + ("--start-e", "0", "--end-e", "0")
+DQN_LOSSES = ["losses/td_loss", "losses/q_values", "charts/epsilon"]
+# CartPole-v1: a random policy lasts 22 steps on average (std 12; over 100 groups of 50 episodes,
+# at most 25.4 on average); after 25000 steps of learning, the episodes of the last 5000 steps last
+# more than 75 steps on average (measured: 94 to 283 over 8 runs, seeds 1-4 of both scripts).
+DQN_LEARN = ("--env-id", "CartPole-v1", "--total-timesteps", "30000", "--learning-starts", "5000")
+DQN_THRESHOLD = 75
+# the saved network, played back for 5 episodes: a random policy averages 22 +- 5 over 5 episodes; the
+# final network of a DQN run wavers (measured 73 and more), so the bar is lower than training's
+DQN_EVAL_THRESHOLD = 50
+# Breakout: 300 updates' worth of steps from step 400 (one every 4 steps), losses logged at every 100th
+# step from 500 to 1100 (7 times), a 1000-slot buffer that wraps around, a few games
+DQN_ATARI = ("--env-id", "Breakout-v5", "--total-timesteps", "1200", "--learning-starts", "400", "--buffer-size",
+             "1000", "--target-network-frequency", "200", "--seed", "3")
+DQN_ATARI_GREEDY = DQN_ATARI + ("--start-e", "0", "--end-e", "0")
+
+
+def assert_frame_buffer_returns_what_a_naive_buffer_returns(replay_buffer):
+    """Play Breakout at random (lost lives, finished games, games truncated at 150 steps) into a 128-slot
+    frame buffer (`replay_buffer`: a DQN Atari script's ReplayBuffer class, or one with its interface),
+    wrapping around it five times, and record each transition with its full stacks as a naive buffer would.
+    Every transition the frame buffer holds, and every one it samples, is exactly the naive one: its stacks
+    never straddle a game boundary or the write head; it holds no reset step; and it holds every transition
+    whose frames are still there."""
+    import envpool
+    import torch
+
+    capacity, steps = 128, 700
+    envs = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=1, episodic_life=True, reward_clip=True,
+                        seed=3, max_episode_steps=150)
+    rb = replay_buffer(capacity, (84, 84), torch.device("cpu"), seed=0)
+    obs, info = envs.reset()
+    rb.start(obs, info)
+    naive, obs_done, rng, ends = [], False, np.random.default_rng(0), {"life": 0, "game": 0, "truncated": 0}
+    for _ in range(steps):
+        action = rng.integers(0, envs.single_action_space.n, size=1)
+        next_obs, reward, terminated, truncated, info = envs.step(action)
+        rb.add(action[0], reward[0], terminated[0], truncated[0], next_obs, info)
+        # (observation, action, reward, next observation, done); None for envpool's reset steps
+        naive.append(None if obs_done else (obs[0], int(action[0]), float(reward[0]), next_obs[0], float(terminated[0])))
+        ends["truncated" if truncated[0] else "game" if info["lives"][0] == 0 else "life"] += bool(terminated[0] or truncated[0])
+        obs_done, obs = bool(terminated[0] or truncated[0]), next_obs
+    assert min(ends.values()) >= 2, ends  # the trace holds every kind of end
+
+    def held(slots):
+        slots = torch.as_tensor(slots)
+        return list(zip(rb.stacks(slots).cpu().numpy(), rb.actions[slots].tolist(), rb.rewards[slots].tolist(),
+                        rb.stacks((slots + 1) % capacity).cpu().numpy(), rb.dones[slots].tolist()))
+
+    # slot s % capacity holds step s's observation; the last 128 observations are steps 573..700
+    valid = [s for s in range(steps - capacity + 1, steps + 1) if rb.valid[s % capacity]]
+    assert all(naive[s] is not None for s in valid), "a reset step is held as a transition"
+    full_history = [s for s in range(steps - capacity + 4, steps) if naive[s] is not None]
+    assert set(full_history) <= set(valid), "a transition whose frames are all there is missing"
+    for s, got in zip(valid, held([s % capacity for s in valid])):
+        assert_same_transition(got, naive[s])
+    batch = rb.sample(256)
+    batch = batch if hasattr(batch, "keys") else vars(batch)  # a TensorDict, or the eager script's namespace
+    keys = ("observations", "actions", "rewards", "next_observations", "dones")
+    in_window = {naive[s][0].tobytes() + naive[s][3].tobytes() + bytes([naive[s][1]]): naive[s] for s in valid}
+    for i in range(256):
+        got = tuple(batch[k][i] for k in keys)
+        key = got[0].cpu().numpy().tobytes() + got[3].cpu().numpy().tobytes() + bytes([int(got[1])])
+        assert key in in_window, "a sampled transition is not one of the buffer's"
+        assert_same_transition((got[0].cpu().numpy(), int(got[1]), float(got[2]), got[3].cpu().numpy(), float(got[4])),
+                               in_window[key])
+
+
+def assert_same_transition(got, expected):
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[3], expected[3])
+    assert got[1:3] + got[4:] == expected[1:3] + expected[4:]
+
+
+# test_offpolicy.py, test_jax_offpolicy.py, test_gpu.py: the off-policy pairs (SAC, TD3)
+# 400 updates on Pendulum: losses logged at steps 300, 400, 500; three episodes of 200 steps
+OFF_POLICY_SHORT = ("--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-starts", "200", "--seed", "3")
+OFF_POLICY_Q_LOSSES = ["losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss",
+                       "losses/qf_loss", "losses/actor_loss"]
+OFF_POLICY_TAGS = {
+    "sac": OFF_POLICY_Q_LOSSES + ["losses/alpha", "losses/alpha_loss"],
+    "td3": OFF_POLICY_Q_LOSSES,
+}
+
+
+def off_policy_eager(pair: str) -> str:
+    return f"{pair}_continuous_action"
+
+
+def off_policy_fast(pair: str) -> str:
+    return f"{pair}_continuous_action_torchcompile"
+
+
+# Pendulum-v1: a random policy scores -1256 per episode on average (std 296; over 40 groups of 5
+# episodes the best group mean was -1057). A policy that swings the pendulum up and holds it
+# scores above -400, so a mean above -400 over the last 5 episodes means the agent learned the task.
+OFF_POLICY_LEARN = {
+    "sac": ("--env-id", "Pendulum-v1", "--total-timesteps", "5000", "--learning-starts", "1000"),
+    # TD3 learns slower: its last 5 episodes averaged -1017 to -1071 at step 5000 and -153 to -155 at 8000
+    # (eager, --compile and the JAX twin, seed 1: docs/learning/td3_pendulum_check/)
+    "td3": ("--env-id", "Pendulum-v1", "--total-timesteps", "8000", "--learning-starts", "1000"),
+}
+OFF_POLICY_THRESHOLD = -400
+
+
+def register_inverted_pendulum_short() -> None:
+    """InvertedPendulum-v4 terminates when the pole leans more than 0.2 rad (observation 1) and, registered
+    here with a 7-step time limit, is truncated after 7 steps: random actions (the first steps of a run)
+    give both ends. Registered once per process, by each test file whose buffer tests play it."""
+    import gymnasium as gym
+
+    if "InvertedPendulumShort-v4" not in gym.registry:
+        gym.register("InvertedPendulumShort-v4",
+                     entry_point="gymnasium.envs.mujoco.inverted_pendulum_v4:InvertedPendulumEnv", max_episode_steps=7)
+
+
+# test_ppo_atari.py, test_jax_ppo.py, test_gpu.py: the Atari PPO pair
+# 4 iterations of 2 envs x 64 steps on Breakout: losses logged 4 times, fps from the second on, and
+# two games end (at steps 342 and 398, returns 1 and 2)
+PPO_ATARI_SHORT = ("--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512",
+                   "--num-minibatches", "2", "--update-epochs", "2", "--seed", "7")
+
+
+def envpool_step(reward, terminated, truncated, lives, elapsed):
+    """One envpool step of two envs, as the scripts see it: flags, and the info they read."""
+    info = {"reward": np.array(reward, float), "lives": np.array(lives), "elapsed_step": np.array(elapsed)}
+    return info, np.array(terminated, bool), np.array(truncated, bool)
+
+
+# A hand-made trace of two envs (episodic life: a lost life ends an episode for the agent, and
+# envpool's next step is a reset with reward 0; the game goes on until its last life is lost).
+PPO_ATARI_TRACE = [  # (unclipped rewards, terminated, truncated, lives, elapsed steps) per env
+    envpool_step([5, 0], [0, 0], [0, 0], [3, 3], [1, 1]),
+    envpool_step([0, 0], [1, 0], [0, 0], [2, 3], [2, 2]),  # env 0 loses a life
+    envpool_step([0, 0], [0, 0], [0, 0], [2, 3], [2, 3]),  # env 0's reset step: the game goes on
+    envpool_step([10, 25], [0, 0], [0, 0], [2, 3], [3, 4]),
+    envpool_step([0, 0], [1, 0], [0, 0], [0, 3], [4, 5]),  # env 0 loses its last life: game over, 5 + 10
+    envpool_step([0, 0], [0, 1], [0, 0], [3, 0], [0, 6]),  # env 1 loses its last (only) life: 25
+    envpool_step([7, 0], [0, 0], [0, 0], [3, 3], [1, 0]),
+    envpool_step([3, 0], [0, 0], [1, 0], [3, 3], [2, 1]),  # env 0's new game is truncated: 7 + 3
+]
+PPO_ATARI_EXPECTED = [[], [], [], [], [(0, 15.0, 4)], [(1, 25.0, 6)], [], [(0, 10.0, 2)]]
+
+
+# test_ppo_continuous.py, test_jax_ppo.py, test_gpu.py: the continuous PPO pair
+# 4 iterations of 256 steps on Pendulum (episodes of exactly 200 steps): losses logged 4 times,
+# fps from the second iteration on, 5 episodes
+PPO_CONTINUOUS_SHORT = ("--env-id", "Pendulum-v1", "--total-timesteps", "1024", "--num-steps", "256",
+                        "--num-minibatches", "4", "--update-epochs", "2", "--seed", "5")
+# InvertedPendulum-v4: a random policy balances for 6 steps on average (return 6.2, std 3.6; over 100
+# groups of 5 episodes the best group mean was 11). The maximum is 1000 (the episode's time limit);
+# a mean above 500 over the last 5 episodes means PPO learned to balance the pole.
+PPO_CONTINUOUS_LEARN = ("--env-id", "InvertedPendulum-v4", "--total-timesteps", "28672")
+PPO_CONTINUOUS_THRESHOLD = 500
+
+
+def reference_gae(rewards, values, dones, next_value, next_done, gamma, lam):
+    """GAE from its definition, in float64: A_t = sum_k (gamma lam)^k delta_{t+k}, the sum and the
+    bootstrap cut where an episode ends (dones[t + 1], or next_done after the last step)."""
+    T, N = rewards.shape
+    ends = np.concatenate([dones[1:], next_done[None]]).astype(bool)  # ends[t]: step t ends an episode
+    next_values = np.concatenate([values[1:], next_value[None]])
+    delta = rewards + gamma * next_values * (~ends) - values
+    adv = np.zeros((T, N))
+    for n in range(N):
+        for t in range(T):
+            for k in range(T - t):
+                adv[t, n] += (gamma * lam) ** k * delta[t + k, n]
+                if ends[t + k, n]:
+                    break
+    return adv
+
+
+def gae_data(seed=0, T=40, N=3):
+    """Hand-made rollout: random rewards and values, episodes ended by terminations and by
+    truncations (CleanRL's PPO, like these scripts, treats both as done), one cut on the last step."""
+    rng = np.random.default_rng(seed)
+    rewards, values = rng.normal(size=(T, N)), rng.normal(size=(T, N))
+    dones = np.zeros((T, N))
+    dones[[3, 17, 18, 30], 0] = 1  # env 0: a termination, two steps in a row, a truncation
+    dones[[10], 1] = 1  # env 1: one episode boundary
+    next_value, next_done = rng.normal(size=N), np.array([0.0, 0.0, 1.0])  # env 2 ends on the last step
+    return rewards, values, dones, next_value, next_done
+
+
+# test_gpu.py, and test_contract.py's CPU check that its comparison catches frozen inputs: the GPU runs
+def longer(args, total: int, **flags) -> tuple[str, ...]:
+    """A CPU test's short run, made long enough that every graph replays at least twice: a function called
+    once per iteration (PPO's GAE) or per target update (DQN) is captured at its 4th call under --compile."""
+    args = with_flag(args, "--total-timesteps", str(total))
+    for flag, value in flags.items():
+        args = with_flag(args, "--" + flag.replace("_", "-"), str(value))
+    return tuple(args)
+
+
+GPU_RUNS = {  # eager script, optimized script, run, tags compared, the last step compared, graphs the script makes
+    # SAC and TD3: the update with the delayed actor step and the update without it, and the acting step
+    "sac": ("sac_continuous_action", "sac_continuous_action_torchcompile", OFF_POLICY_SHORT, OFF_POLICY_TAGS["sac"],
+            300, 3),
+    "td3": ("td3_continuous_action", "td3_continuous_action_torchcompile", OFF_POLICY_SHORT, OFF_POLICY_TAGS["td3"],
+            300, 3),
+    # 8 iterations (the CPU test's 4 would capture GAE at its last call); compared over the first 4
+    "ppo_continuous": ("ppo_continuous_action", "ppo_continuous_action_torchcompile",
+                       longer(PPO_CONTINUOUS_SHORT, 2048), PPO_LOSSES, 1024, 3),
+    "ppo_atari": ("ppo_atari_envpool", "ppo_atari_envpool_torchcompile", longer(PPO_ATARI_SHORT, 1024), PPO_LOSSES,
+                  512, 3),
+    # DQN greedy (ε = 0): every step runs the acting graph; 7 target updates instead of 5 and 3
+    "dqn": ("dqn", "dqn_torchcompile", longer(DQN_GREEDY, 2000), ["losses/td_loss", "losses/q_values"], 1500, 3),
+    "dqn_atari": ("dqn_atari_envpool", "dqn_atari_envpool_torchcompile",
+                  longer(DQN_ATARI_GREEDY, 1200, target_network_frequency=100), ["losses/td_loss", "losses/q_values"],
+                  None, 3),
+}
+# GPU kernels round differently from one another (vmapped against separate matmuls, fused optimizer
+# steps, other reduction orders), and training amplifies it: over the first 100 off-policy updates,
+# and over the first 4 PPO iterations, every logged value agrees within 1%.
+GPU_TOL = dict(rtol=1e-2, atol=1e-4)
+
+
+# --- The script contract's table (test_contract.py), shared by test_devices.py and test_mistakes.py: every
+# script's short run, an action space it refuses, bad sizes, and what a refusal looks like
+
+@dataclass
+class Spec:
+    short: list[str]  # flags of a short CPU run that logs losses, fps and episodes
+    wrong_space: tuple[str, str]  # (env id the script cannot handle, word the message must hold)
+    bad_sizes: list[tuple[str, str]]  # (flag, value) pairs that must be refused
+    interrupt_after: int  # a step by which something has been logged
+
+
+OFF_POLICY_SPEC = dict(
+    short=["--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-starts", "200"],
+    wrong_space=("CartPole-v1", "continuous"),
+    interrupt_after=700,
+)
+PPO_SPEC = dict(
+    short=["--env-id", "Pendulum-v1", "--total-timesteps", "1024", "--num-steps", "256", "--num-minibatches", "4",
+           "--update-epochs", "2"],
+    wrong_space=("CartPole-v1", "continuous"),
+    interrupt_after=600,
+)
+ATARI_SPEC = dict(
+    short=["--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "256",
+           "--num-minibatches", "2", "--update-epochs", "1"],
+    wrong_space=("CartPole-v1", "Atari"),
+    interrupt_after=800,
+)
+DQN_SPEC = dict(
+    short=["--env-id", "CartPole-v1", "--total-timesteps", "1200", "--learning-starts", "500"],
+    wrong_space=("Pendulum-v1", "discrete"),
+    interrupt_after=900,
+)
+DQN_ATARI_SPEC = dict(
+    short=["--env-id", "Breakout-v5", "--total-timesteps", "600", "--learning-starts", "300", "--buffer-size", "1000"],
+    wrong_space=("CartPole-v1", "Atari"),
+    interrupt_after=700,
+)
+SPECS = {
+    "dqn_atari_envpool": Spec(**DQN_ATARI_SPEC, bad_sizes=[("--buffer-size", "16"), ("--end-e", "-0.1")]),
+    "dqn_atari_envpool_torchcompile": Spec(**DQN_ATARI_SPEC,
+                                           bad_sizes=[("--train-frequency", "0"), ("--gamma", "1.5")]),
+    "dqn": Spec(**DQN_SPEC, bad_sizes=[("--buffer-size", "64"), ("--learning-rate", "0"), ("--start-e", "1.5")]),
+    "dqn_torchcompile": Spec(**DQN_SPEC, bad_sizes=[("--batch-size", "0"), ("--train-frequency", "0"),
+                                                    ("--total-timesteps", "500")]),
+    "sac_continuous_action": Spec(
+        **OFF_POLICY_SPEC, bad_sizes=[("--batch-size", "0"), ("--q-lr", "0"), ("--policy-lr", "-0.001"),
+                                    ("--total-timesteps", "100")]),
+    "sac_continuous_action_torchcompile": Spec(
+        **OFF_POLICY_SPEC, bad_sizes=[("--batch-size", "-1"), ("--q-lr", "0"), ("--buffer-size", "0")]),
+    "td3_continuous_action": Spec(
+        **OFF_POLICY_SPEC, bad_sizes=[("--batch-size", "0"), ("--learning-rate", "0"), ("--total-timesteps", "100")]),
+    "td3_continuous_action_torchcompile": Spec(
+        **OFF_POLICY_SPEC,
+        bad_sizes=[("--batch-size", "-5"), ("--learning-rate", "-1e-4"), ("--policy-frequency", "0")]),
+    "ppo_continuous_action": Spec(
+        **PPO_SPEC, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "100"), ("--learning-rate", "0")]),
+    "ppo_continuous_action_torchcompile": Spec(
+        **PPO_SPEC, bad_sizes=[("--num-minibatches", "5"), ("--total-timesteps", "255"), ("--num-envs", "0")]),
+    "ppo_atari_envpool_multigpu": Spec(
+        **ATARI_SPEC, bad_sizes=[("--dist-timeout", "0"), ("--total-timesteps", "63"), ("--num-minibatches", "3")]),
+    "ppo_atari_envpool_multigpu_torchcompile": Spec(
+        **ATARI_SPEC, bad_sizes=[("--num-envs", "0"), ("--gae-lambda", "1.5")]),
+    "ppo_atari_envpool": Spec(
+        **ATARI_SPEC, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "63"), ("--learning-rate", "0")]),
+    "ppo_atari_envpool_torchcompile": Spec(
+        **ATARI_SPEC, bad_sizes=[("--num-minibatches", "7"), ("--num-steps", "0"), ("--update-epochs", "0")]),
+    # the JAX twins: the eager script's flags, refused the same way
+    "dqn_jax": Spec(**DQN_SPEC, bad_sizes=[("--buffer-size", "64"), ("--learning-rate", "0"), ("--start-e", "1.5")]),
+    "dqn_atari_envpool_jax": Spec(**DQN_ATARI_SPEC, bad_sizes=[("--buffer-size", "16"), ("--end-e", "-0.1")]),
+    "sac_continuous_action_jax": Spec(
+        **OFF_POLICY_SPEC, bad_sizes=[("--batch-size", "0"), ("--q-lr", "0"), ("--total-timesteps", "100")]),
+    "td3_continuous_action_jax": Spec(
+        **OFF_POLICY_SPEC, bad_sizes=[("--batch-size", "0"), ("--learning-rate", "0"), ("--policy-frequency", "0")]),
+    "ppo_continuous_action_jax": Spec(
+        **PPO_SPEC, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "100"), ("--learning-rate", "0")]),
+    "ppo_atari_envpool_jax": Spec(
+        **ATARI_SPEC, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "63"), ("--learning-rate", "0")]),
+}
+CHECKED = sorted(SPECS)
+ONE_LINE_ERROR = re.compile(r"^\S+: error: .+\n?$")
+
+
+def assert_user_error(run, flag: str):
+    assert run.returncode not in (0, 1), f"expected a usage error exit code, got {run.returncode}"
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert ONE_LINE_ERROR.match(last), f"not a one-line error: {run.stderr[-2000:]!r}"
+    assert flag in last, f"the message does not name {flag}: {last}"
+    assert not (run.cwd / "runs").exists(), "a run folder was written before the input was checked"

@@ -5,99 +5,17 @@ Pair-specific checks (numerics, learning) live in test_<algorithm>.py.
 
 import math
 import re
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 import pytest
 import torch
-from helpers import ctrl_c_inside, interrupt_script, load_script, run_in_process, run_script, wandb_history, with_flag
+from helpers import CHECKED, SPECS, assert_user_error, ctrl_c_inside, interrupt_script, load_script, run_in_process, \
+    run_script, wandb_history, with_flag
 from leanrl_utils import evals  # helpers puts the repository root on the path
 
 
-@dataclass
-class Spec:
-    short: list[str]  # flags of a short CPU run that logs losses, fps and episodes
-    wrong_space: tuple[str, str]  # (env id the script cannot handle, word the message must hold)
-    bad_sizes: list[tuple[str, str]]  # (flag, value) pairs that must be refused
-    interrupt_after: int  # a step by which something has been logged
-
-
-OFF_POLICY = dict(
-    short=["--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-starts", "200"],
-    wrong_space=("CartPole-v1", "continuous"),
-    interrupt_after=700,
-)
-PPO = dict(
-    short=["--env-id", "Pendulum-v1", "--total-timesteps", "1024", "--num-steps", "256", "--num-minibatches", "4",
-           "--update-epochs", "2"],
-    wrong_space=("CartPole-v1", "continuous"),
-    interrupt_after=600,
-)
-ATARI = dict(
-    short=["--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "256",
-           "--num-minibatches", "2", "--update-epochs", "1"],
-    wrong_space=("CartPole-v1", "Atari"),
-    interrupt_after=800,
-)
-DQN = dict(
-    short=["--env-id", "CartPole-v1", "--total-timesteps", "1200", "--learning-starts", "500"],
-    wrong_space=("Pendulum-v1", "discrete"),
-    interrupt_after=900,
-)
-DQN_ATARI = dict(
-    short=["--env-id", "Breakout-v5", "--total-timesteps", "600", "--learning-starts", "300", "--buffer-size", "1000"],
-    wrong_space=("CartPole-v1", "Atari"),
-    interrupt_after=700,
-)
-SPECS = {
-    "dqn_atari_envpool": Spec(**DQN_ATARI, bad_sizes=[("--buffer-size", "16"), ("--end-e", "-0.1")]),
-    "dqn_atari_envpool_torchcompile": Spec(**DQN_ATARI, bad_sizes=[("--train-frequency", "0"), ("--gamma", "1.5")]),
-    "dqn": Spec(**DQN, bad_sizes=[("--buffer-size", "64"), ("--learning-rate", "0"), ("--start-e", "1.5")]),
-    "dqn_torchcompile": Spec(**DQN, bad_sizes=[("--batch-size", "0"), ("--train-frequency", "0"),
-                                               ("--total-timesteps", "500")]),
-    "sac_continuous_action": Spec(
-        **OFF_POLICY, bad_sizes=[("--batch-size", "0"), ("--q-lr", "0"), ("--policy-lr", "-0.001"),
-                               ("--total-timesteps", "100")]),
-    "sac_continuous_action_torchcompile": Spec(
-        **OFF_POLICY, bad_sizes=[("--batch-size", "-1"), ("--q-lr", "0"), ("--buffer-size", "0")]),
-    "td3_continuous_action": Spec(
-        **OFF_POLICY, bad_sizes=[("--batch-size", "0"), ("--learning-rate", "0"), ("--total-timesteps", "100")]),
-    "td3_continuous_action_torchcompile": Spec(
-        **OFF_POLICY, bad_sizes=[("--batch-size", "-5"), ("--learning-rate", "-1e-4"), ("--policy-frequency", "0")]),
-    "ppo_continuous_action": Spec(
-        **PPO, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "100"), ("--learning-rate", "0")]),
-    "ppo_continuous_action_torchcompile": Spec(
-        **PPO, bad_sizes=[("--num-minibatches", "5"), ("--total-timesteps", "255"), ("--num-envs", "0")]),
-    "ppo_atari_envpool_multigpu": Spec(
-        **ATARI, bad_sizes=[("--dist-timeout", "0"), ("--total-timesteps", "63"), ("--num-minibatches", "3")]),
-    "ppo_atari_envpool_multigpu_torchcompile": Spec(
-        **ATARI, bad_sizes=[("--num-envs", "0"), ("--gae-lambda", "1.5")]),
-    "ppo_atari_envpool": Spec(
-        **ATARI, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "63"), ("--learning-rate", "0")]),
-    "ppo_atari_envpool_torchcompile": Spec(
-        **ATARI, bad_sizes=[("--num-minibatches", "7"), ("--num-steps", "0"), ("--update-epochs", "0")]),
-    # the JAX twins: the eager script's flags, refused the same way
-    "dqn_jax": Spec(**DQN, bad_sizes=[("--buffer-size", "64"), ("--learning-rate", "0"), ("--start-e", "1.5")]),
-    "dqn_atari_envpool_jax": Spec(**DQN_ATARI, bad_sizes=[("--buffer-size", "16"), ("--end-e", "-0.1")]),
-    "sac_continuous_action_jax": Spec(
-        **OFF_POLICY, bad_sizes=[("--batch-size", "0"), ("--q-lr", "0"), ("--total-timesteps", "100")]),
-    "td3_continuous_action_jax": Spec(
-        **OFF_POLICY, bad_sizes=[("--batch-size", "0"), ("--learning-rate", "0"), ("--policy-frequency", "0")]),
-    "ppo_continuous_action_jax": Spec(
-        **PPO, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "100"), ("--learning-rate", "0")]),
-    "ppo_atari_envpool_jax": Spec(
-        **ATARI, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "63"), ("--learning-rate", "0")]),
-}
-CHECKED = sorted(SPECS)
-ONE_LINE_ERROR = re.compile(r"^\S+: error: .+\n?$")
-
-
-def assert_user_error(run, flag: str):
-    assert run.returncode not in (0, 1), f"expected a usage error exit code, got {run.returncode}"
-    assert "Traceback" not in run.stderr, run.stderr[-3000:]
-    last = run.stderr.strip().splitlines()[-1]
-    assert ONE_LINE_ERROR.match(last), f"not a one-line error: {run.stderr[-2000:]!r}"
-    assert flag in last, f"the message does not name {flag}: {last}"
-    assert not (run.cwd / "runs").exists(), "a run folder was written before the input was checked"
+# SPECS (each script's short run, an action space it refuses, bad sizes; CHECKED: their names) and
+# assert_user_error: helpers.py's, which test_devices.py and test_mistakes.py read too
 
 
 @pytest.mark.parametrize("script", CHECKED)
@@ -519,8 +437,8 @@ def test_the_gpu_comparison_catches_frozen_inputs(pair, tmp_path):
     import subprocess
     import sys
 
-    from helpers import ENV, SCRIPT_DIR, Run, assert_close_logs, log_differences, run_script
-    from test_gpu import RUNS, TOL
+    from helpers import ENV, GPU_RUNS as RUNS, GPU_TOL as TOL, SCRIPT_DIR, Run, assert_close_logs, log_differences, \
+        run_script
 
     eager, fast, args, tags, upto, _ = RUNS[pair]
     reference = run_script(eager, *args, cwd=tmp_path / "eager").check()

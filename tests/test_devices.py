@@ -11,8 +11,7 @@ import warnings
 
 import pytest
 import torch
-from helpers import load_script, run_in_process
-from test_contract import CHECKED, SPECS, assert_user_error
+from helpers import CHECKED, SPECS, assert_user_error, load_script, run_in_process
 
 TORCH_SCRIPTS = [s for s in CHECKED if not s.endswith("_jax")]
 JAX_SCRIPTS = [s for s in CHECKED if s.endswith("_jax")]

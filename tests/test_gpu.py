@@ -23,46 +23,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import GPU_ENV, MODES, PPO_LOSSES, SCRIPT_DIR, Run, RunCache, assert_close_logs, cuda_device_count, \
-    log_differences, with_flag
-from test_dqn import ATARI_GREEDY as DQN_ATARI_GREEDY, GREEDY as DQN_GREEDY
-from test_offpolicy import LEARN as OFF_POLICY_LEARN, TAGS as OFF_POLICY_TAGS, SHORT as OFF_POLICY, \
-    THRESHOLD as OFF_POLICY_THRESHOLD
-from test_ppo_atari import SHORT as PPO_ATARI
-from test_ppo_continuous import LEARN as PPO_LEARN, SHORT as PPO_CONTINUOUS, THRESHOLD as PPO_THRESHOLD
+from helpers import GPU_ENV, GPU_RUNS as RUNS, GPU_TOL as TOL, MODES, OFF_POLICY_LEARN, OFF_POLICY_THRESHOLD, \
+    PPO_CONTINUOUS_LEARN, PPO_CONTINUOUS_THRESHOLD, SCRIPT_DIR, Run, RunCache, assert_close_logs, cuda_device_count, \
+    log_differences
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(cuda_device_count() == 0, reason="needs a CUDA device: run `pytest -m gpu` on a GPU")]
 
 
-def longer(args, total: int, **flags) -> tuple[str, ...]:
-    """A CPU test's short run, made long enough that every graph replays at least twice: a function called
-    once per iteration (PPO's GAE) or per target update (DQN) is captured at its 4th call under --compile."""
-    args = with_flag(args, "--total-timesteps", str(total))
-    for flag, value in flags.items():
-        args = with_flag(args, "--" + flag.replace("_", "-"), str(value))
-    return tuple(args)
-
-
-RUNS = {  # eager script, optimized script, run, tags compared, the last step compared, graphs the script makes
-    # SAC and TD3: the update with the delayed actor step and the update without it, and the acting step
-    "sac": ("sac_continuous_action", "sac_continuous_action_torchcompile", OFF_POLICY, OFF_POLICY_TAGS["sac"], 300, 3),
-    "td3": ("td3_continuous_action", "td3_continuous_action_torchcompile", OFF_POLICY, OFF_POLICY_TAGS["td3"], 300, 3),
-    # 8 iterations (the CPU test's 4 would capture GAE at its last call); compared over the first 4
-    "ppo_continuous": ("ppo_continuous_action", "ppo_continuous_action_torchcompile", longer(PPO_CONTINUOUS, 2048),
-                       PPO_LOSSES, 1024, 3),
-    "ppo_atari": ("ppo_atari_envpool", "ppo_atari_envpool_torchcompile", longer(PPO_ATARI, 1024), PPO_LOSSES, 512, 3),
-    # DQN greedy (ε = 0): every step runs the acting graph; 7 target updates instead of 5 and 3
-    "dqn": ("dqn", "dqn_torchcompile", longer(DQN_GREEDY, 2000), ["losses/td_loss", "losses/q_values"], 1500, 3),
-    "dqn_atari": ("dqn_atari_envpool", "dqn_atari_envpool_torchcompile",
-                  longer(DQN_ATARI_GREEDY, 1200, target_network_frequency=100), ["losses/td_loss", "losses/q_values"],
-                  None, 3),
-}
+# RUNS (each pair's runs, tags compared and graphs) and TOL: helpers.py's, where test_contract.py's CPU check of
+# the comparison reads them too
 GRAPH_MODES = [mode for mode in MODES if "--cudagraphs" in mode]
-# GPU kernels round differently from one another (vmapped against separate matmuls, fused optimizer
-# steps, other reduction orders), and training amplifies it: over the first 100 off-policy updates,
-# and over the first 4 PPO iterations, every logged value agrees within 1%.
-TOL = dict(rtol=1e-2, atol=1e-4)
 
 LAUNCH = """
 import atexit, json, runpy, sys, types
@@ -167,7 +138,7 @@ def test_a_graph_that_replays_stale_inputs_fails_the_comparison(pair, mode, gpu_
 
 LEARN = {  # the CPU learning tests' tasks and thresholds (test_offpolicy.py, test_ppo_continuous.py)
     "sac_continuous_action_torchcompile": (OFF_POLICY_LEARN["sac"], OFF_POLICY_THRESHOLD),
-    "ppo_continuous_action_torchcompile": (PPO_LEARN, PPO_THRESHOLD),
+    "ppo_continuous_action_torchcompile": (PPO_CONTINUOUS_LEARN, PPO_CONTINUOUS_THRESHOLD),
 }
 
 

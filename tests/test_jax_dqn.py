@@ -9,7 +9,6 @@ import copy
 import glob
 import math
 import shlex
-from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -21,8 +20,10 @@ from helpers import assert_identical_logs, check_flag_run, learns_and_plays_back
 jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra (requirements/requirements-jax.txt)")
 import jax.numpy as jnp  # noqa: E402
 from jax.experimental import io_callback  # noqa: E402
-import test_dqn  # noqa: E402  (the pairs' short runs, thresholds and frame-buffer trace: imported, not copied)
-from test_dqn import ATARI, ATARI_GREEDY, EVAL_THRESHOLD, GREEDY, LEARN, LOSSES, SHORT, THRESHOLD  # noqa: E402
+# the pairs' short runs, thresholds and frame-buffer check, as test_dqn.py runs them: shared, not copied
+from helpers import (DQN_ATARI as ATARI, DQN_ATARI_GREEDY as ATARI_GREEDY, DQN_EVAL_THRESHOLD as EVAL_THRESHOLD,  # noqa: E402
+                     DQN_GREEDY as GREEDY, DQN_LEARN as LEARN, DQN_LOSSES as LOSSES, DQN_SHORT as SHORT,
+                     DQN_THRESHOLD as THRESHOLD, assert_frame_buffer_returns_what_a_naive_buffer_returns)
 
 from leanrl_utils import evals  # noqa: E402  (helpers puts the repository root on the path)
 from leanrl_utils.presets import load as load_preset  # noqa: E402
@@ -375,11 +376,10 @@ class TwinFrameBuffer:
         return {k: torch.as_tensor(np.array(v)) for k, v in batch._asdict().items()}
 
 
-def test_frame_buffer_returns_what_a_naive_buffer_returns(monkeypatch):
+def test_frame_buffer_returns_what_a_naive_buffer_returns():
     """test_dqn's frame-buffer test (lost lives, finished and truncated games, a 128-slot buffer wrapped
     five times, every held and sampled transition equal to the naive one), run on the twin's buffer."""
-    monkeypatch.setattr(test_dqn, "load_script", lambda name: SimpleNamespace(ReplayBuffer=TwinFrameBuffer))
-    test_dqn.test_frame_buffer_returns_what_a_naive_buffer_returns("dqn_atari_envpool_jax")
+    assert_frame_buffer_returns_what_a_naive_buffer_returns(TwinFrameBuffer)
 
 
 def test_the_default_buffer_fits_in_8_gb():

@@ -11,7 +11,11 @@ import torch
 jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra (requirements/requirements-jax.txt)")
 import jax.numpy as jnp  # noqa: E402
 from helpers import assert_identical_logs, check_flag_run, learns_and_plays_back, load_script, run_script  # noqa: E402
-from test_offpolicy import LEARN, TAGS, SHORT, THRESHOLD, eager  # noqa: E402  (the PyTorch pair's runs)
+# the PyTorch pair's runs (test_offpolicy.py's)
+from helpers import (OFF_POLICY_LEARN as LEARN, OFF_POLICY_SHORT as SHORT, OFF_POLICY_TAGS as TAGS,  # noqa: E402
+                     OFF_POLICY_THRESHOLD as THRESHOLD, off_policy_eager as eager, register_inverted_pendulum_short)
+
+register_inverted_pendulum_short()  # InvertedPendulumShort-v4, for the buffer test
 
 
 def twin(pair: str) -> str:
@@ -55,7 +59,7 @@ def test_learns_pendulum(pair, tmp_path):
 
 @pytest.mark.parametrize("pair", TAGS)
 def test_buffer_cuts_the_bootstrap_at_terminations_only(pair, tmp_path, monkeypatch):
-    """As test_offpolicy's check of the PyTorch buffers (InvertedPendulumShort-v4 is registered there):
+    """As test_offpolicy's check of the PyTorch buffers (on helpers.py's InvertedPendulumShort-v4):
     a stored `done` marks a termination, never a truncation, and a truncated episode's last transition
     keeps its true last observation. No update runs (learning starts at the last step): no compilation."""
     module, buffers = load_script(twin(pair)), []

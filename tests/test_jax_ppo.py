@@ -25,11 +25,10 @@ from helpers import (assert_identical_logs, check_flag_run, learns_and_plays_bac
                      PPO_LOSSES, run_script, with_flag)
 from leanrl_utils.events import read_scalars  # noqa: E402
 # the pairs' own definitions, so that the twins are held to the same data and thresholds
-from test_ppo_atari import EXPECTED as ATARI_TRACE_EXPECTED  # noqa: E402
-from test_ppo_atari import SHORT as ATARI_SHORT  # noqa: E402
-from test_ppo_atari import TRACE as ATARI_TRACE  # noqa: E402
-from test_ppo_continuous import LEARN, THRESHOLD, gae_data, reference_gae  # noqa: E402
-from test_ppo_continuous import SHORT as CONTINUOUS_SHORT  # noqa: E402
+from helpers import (PPO_ATARI_EXPECTED as ATARI_TRACE_EXPECTED, PPO_ATARI_SHORT as ATARI_SHORT,  # noqa: E402
+                     PPO_ATARI_TRACE as ATARI_TRACE, PPO_CONTINUOUS_LEARN as LEARN,
+                     PPO_CONTINUOUS_SHORT as CONTINUOUS_SHORT, PPO_CONTINUOUS_THRESHOLD as THRESHOLD, gae_data,
+                     reference_gae)
 
 CONTINUOUS, CONTINUOUS_JAX = "ppo_continuous_action", "ppo_continuous_action_jax"
 ATARI, ATARI_JAX = "ppo_atari_envpool", "ppo_atari_envpool_jax"

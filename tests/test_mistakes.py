@@ -8,8 +8,7 @@ import math
 import sys
 
 import pytest
-from helpers import load_script, run_script
-from test_contract import CHECKED, ONE_LINE_ERROR, SPECS
+from helpers import CHECKED, ONE_LINE_ERROR, SPECS, load_script, run_script
 
 
 def parsed(script: str, *argv: str, monkeypatch, capsys) -> tuple[int, str]:

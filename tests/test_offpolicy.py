@@ -2,29 +2,12 @@
 numbers match its eager twin's and its own with --compile, a seed gives the same numbers twice,
 and both scripts of each pair learn Pendulum."""
 
-import gymnasium as gym
 import pytest
 import torch
-from helpers import (Run, assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, learns_and_plays_back,
-                     load_script, run_script)
-
-# 400 updates on Pendulum: losses logged at steps 300, 400, 500; three episodes of 200 steps
-SHORT = ("--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-starts", "200", "--seed", "3")
-Q_LOSSES = ["losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss", "losses/qf_loss",
-            "losses/actor_loss"]
-TAGS = {
-    "sac": Q_LOSSES + ["losses/alpha", "losses/alpha_loss"],
-    "td3": Q_LOSSES,
-}
-
-
-def eager(pair: str) -> str:
-    return f"{pair}_continuous_action"
-
-
-def fast(pair: str) -> str:
-    return f"{pair}_continuous_action_torchcompile"
-
+from helpers import OFF_POLICY_LEARN as LEARN, OFF_POLICY_SHORT as SHORT, OFF_POLICY_TAGS as TAGS, \
+    OFF_POLICY_THRESHOLD as THRESHOLD, Run, assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, \
+    learns_and_plays_back, load_script, off_policy_eager as eager, off_policy_fast as fast, \
+    register_inverted_pendulum_short, run_script
 
 CONFIGS = [(pair, config) for pair in TAGS for config in flag_configs(eager(pair), fast(pair))]
 
@@ -84,18 +67,6 @@ def test_identical_logs_needs_something_logged(tmp_path):
     assert_identical_logs(run(losses), run(losses | {"charts/SPS": [(300, 3.0)]}), ["losses/qf_loss"])
 
 
-# Pendulum-v1: a random policy scores -1256 per episode on average (std 296; over 40 groups of 5
-# episodes the best group mean was -1057). A policy that swings the pendulum up and holds it
-# scores above -400, so a mean above -400 over the last 5 episodes means the agent learned the task.
-LEARN = {
-    "sac": ("--env-id", "Pendulum-v1", "--total-timesteps", "5000", "--learning-starts", "1000"),
-    # TD3 learns slower: its last 5 episodes averaged -1017 to -1071 at step 5000 and -153 to -155 at 8000
-    # (eager, --compile and the JAX twin, seed 1: docs/learning/td3_pendulum_check/)
-    "td3": ("--env-id", "Pendulum-v1", "--total-timesteps", "8000", "--learning-starts", "1000"),
-}
-THRESHOLD = -400
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("pair,config", [(p, c) for p in TAGS for c in [(eager(p),), (fast(p), "--compile")]],
                          ids=lambda x: " ".join(x) if isinstance(x, tuple) else x)
@@ -105,11 +76,7 @@ def test_learns_pendulum(pair, config, tmp_path):
     learns_and_plays_back(config, LEARN[pair], cwd=tmp_path, threshold=THRESHOLD)
 
 
-# InvertedPendulum-v4 terminates when the pole leans more than 0.2 rad (observation 1) and, registered
-# here with a 7-step time limit, is truncated after 7 steps: random actions (the first steps of a run)
-# give both ends.
-gym.register("InvertedPendulumShort-v4", entry_point="gymnasium.envs.mujoco.inverted_pendulum_v4:InvertedPendulumEnv",
-             max_episode_steps=7)
+register_inverted_pendulum_short()  # InvertedPendulumShort-v4: both ends within 7 steps
 
 
 @pytest.mark.parametrize("script", [s for pair in TAGS for s in (eager(pair), fast(pair))])

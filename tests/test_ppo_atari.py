@@ -5,14 +5,10 @@ and the episode statistics are the real game's (all lives, unclipped rewards).""
 import envpool
 import numpy as np
 import pytest
-from helpers import (PPO_LOSSES, assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, load_script,
-                     run_script)
+from helpers import PPO_ATARI_EXPECTED as EXPECTED, PPO_ATARI_SHORT as SHORT, PPO_ATARI_TRACE as TRACE, PPO_LOSSES, \
+    assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, load_script, run_script
 
 EAGER, FAST = "ppo_atari_envpool", "ppo_atari_envpool_torchcompile"
-# 4 iterations of 2 envs x 64 steps on Breakout: losses logged 4 times, fps from the second on, and
-# two games end (at steps 342 and 398, returns 1 and 2)
-SHORT = ("--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "512",
-         "--num-minibatches", "2", "--update-epochs", "2", "--seed", "7")
 LOSSES = PPO_LOSSES
 GAMES = ["charts/episodic_return", "charts/episodic_length"]
 CONFIGS = flag_configs(EAGER, FAST)
@@ -46,27 +42,6 @@ def test_optimized_script_learns_what_the_eager_one_learns(cached_run):
 def test_same_seed_same_numbers(script, cached_run, tmp_path):
     again = run_script(script, *SHORT, cwd=tmp_path).check()
     assert_identical_logs(cached_run(script, *SHORT).check(), again, LOSSES)
-
-
-def step(reward, terminated, truncated, lives, elapsed):
-    """One envpool step of two envs, as the scripts see it: flags, and the info they read."""
-    info = {"reward": np.array(reward, float), "lives": np.array(lives), "elapsed_step": np.array(elapsed)}
-    return info, np.array(terminated, bool), np.array(truncated, bool)
-
-
-# A hand-made trace of two envs (episodic life: a lost life ends an episode for the agent, and
-# envpool's next step is a reset with reward 0; the game goes on until its last life is lost).
-TRACE = [  # (unclipped rewards, terminated, truncated, lives, elapsed steps) per env
-    step([5, 0], [0, 0], [0, 0], [3, 3], [1, 1]),
-    step([0, 0], [1, 0], [0, 0], [2, 3], [2, 2]),  # env 0 loses a life
-    step([0, 0], [0, 0], [0, 0], [2, 3], [2, 3]),  # env 0's reset step: the game goes on
-    step([10, 25], [0, 0], [0, 0], [2, 3], [3, 4]),
-    step([0, 0], [1, 0], [0, 0], [0, 3], [4, 5]),  # env 0 loses its last life: game over, 5 + 10
-    step([0, 0], [0, 1], [0, 0], [3, 0], [0, 6]),  # env 1 loses its last (only) life: 25
-    step([7, 0], [0, 0], [0, 0], [3, 3], [1, 0]),
-    step([3, 0], [0, 0], [1, 0], [3, 3], [2, 1]),  # env 0's new game is truncated: 7 + 3
-]
-EXPECTED = [[], [], [], [], [(0, 15.0, 4)], [(1, 25.0, 6)], [], [(0, 10.0, 2)]]
 
 
 @pytest.mark.parametrize("script", [EAGER, FAST])

@@ -5,15 +5,12 @@ a direct computation, episodes are logged once each, and both scripts learn Inve
 import numpy as np
 import pytest
 import torch
-from helpers import (PPO_LOSSES, assert_close_logs, assert_identical_logs, check_flag_run, flag_configs,
-                     learns_and_plays_back, load_script, run_script)
+from helpers import PPO_CONTINUOUS_LEARN as LEARN, PPO_CONTINUOUS_SHORT as SHORT, \
+    PPO_CONTINUOUS_THRESHOLD as THRESHOLD, PPO_LOSSES, assert_close_logs, assert_identical_logs, check_flag_run, \
+    flag_configs, gae_data, learns_and_plays_back, load_script, reference_gae, run_script
 from leanrl_utils import evals  # helpers puts the repository root on the path
 
 EAGER, FAST = "ppo_continuous_action", "ppo_continuous_action_torchcompile"
-# 4 iterations of 256 steps on Pendulum (episodes of exactly 200 steps): losses logged 4 times,
-# fps from the second iteration on, 5 episodes
-SHORT = ("--env-id", "Pendulum-v1", "--total-timesteps", "1024", "--num-steps", "256", "--num-minibatches", "4",
-         "--update-epochs", "2", "--seed", "5")
 LOSSES = PPO_LOSSES
 CONFIGS = flag_configs(EAGER, FAST)
 
@@ -57,35 +54,6 @@ def test_same_seed_same_numbers(script, cached_run, tmp_path):
     assert_identical_logs(cached_run(script, *SHORT).check(), again, LOSSES)
 
 
-def reference_gae(rewards, values, dones, next_value, next_done, gamma, lam):
-    """GAE from its definition, in float64: A_t = sum_k (gamma lam)^k delta_{t+k}, the sum and the
-    bootstrap cut where an episode ends (dones[t + 1], or next_done after the last step)."""
-    T, N = rewards.shape
-    ends = np.concatenate([dones[1:], next_done[None]]).astype(bool)  # ends[t]: step t ends an episode
-    next_values = np.concatenate([values[1:], next_value[None]])
-    delta = rewards + gamma * next_values * (~ends) - values
-    adv = np.zeros((T, N))
-    for n in range(N):
-        for t in range(T):
-            for k in range(T - t):
-                adv[t, n] += (gamma * lam) ** k * delta[t + k, n]
-                if ends[t + k, n]:
-                    break
-    return adv
-
-
-def gae_data(seed=0, T=40, N=3):
-    """Hand-made rollout: random rewards and values, episodes ended by terminations and by
-    truncations (CleanRL's PPO, like these scripts, treats both as done), one cut on the last step."""
-    rng = np.random.default_rng(seed)
-    rewards, values = rng.normal(size=(T, N)), rng.normal(size=(T, N))
-    dones = np.zeros((T, N))
-    dones[[3, 17, 18, 30], 0] = 1  # env 0: a termination, two steps in a row, a truncation
-    dones[[10], 1] = 1  # env 1: one episode boundary
-    next_value, next_done = rng.normal(size=N), np.array([0.0, 0.0, 1.0])  # env 2 ends on the last step
-    return rewards, values, dones, next_value, next_done
-
-
 @pytest.mark.parametrize("seed", [0, 1])
 def test_gae_matches_its_definition(seed):
     rewards, values, dones, next_value, next_done = gae_data(seed)
@@ -104,13 +72,6 @@ def test_gae_matches_its_definition(seed):
             advantages[end - chunk:end], carry = fast.gae_chunk(delta[end - chunk:end], coef[end - chunk:end], carry)
         np.testing.assert_allclose(advantages.numpy(), expected, rtol=1e-5, atol=1e-5)
     assert fast.chunk_size(2048) == 64 and fast.chunk_size(128) == 64 and fast.chunk_size(100) == 50
-
-
-# InvertedPendulum-v4: a random policy balances for 6 steps on average (return 6.2, std 3.6; over 100
-# groups of 5 episodes the best group mean was 11). The maximum is 1000 (the episode's time limit);
-# a mean above 500 over the last 5 episodes means PPO learned to balance the pole.
-LEARN = ("--env-id", "InvertedPendulum-v4", "--total-timesteps", "28672")
-THRESHOLD = 500
 
 
 @pytest.mark.slow
