@@ -1,24 +1,17 @@
-"""The Atari PPO pair on envpool: every flag combination runs and logs, the optimized script's
-numbers match its eager twin's and its own with --compile, a seed gives the same numbers twice,
-and the episode statistics are the real game's (all lives, unclipped rewards)."""
+"""The Atari PPO pair on envpool: the optimized script's numbers match its eager twin's and its own with
+--compile, a seed gives the same numbers twice, and the episode statistics are the real game's (all lives,
+unclipped rewards). That every flag combination runs and logs is checked with the continuous pair's, in
+test_ppo_continuous.py (one test over both PPO pairs)."""
 
 import envpool
 import numpy as np
 import pytest
 from helpers import PPO_ATARI_EXPECTED as EXPECTED, PPO_ATARI_SHORT as SHORT, PPO_ATARI_TRACE as TRACE, PPO_LOSSES, \
-    assert_close_logs, assert_identical_logs, check_flag_run, flag_configs, load_script, run_script
+    assert_close_logs, assert_identical_logs, load_script, run_script
 
 EAGER, FAST = "ppo_atari_envpool", "ppo_atari_envpool_torchcompile"
 LOSSES = PPO_LOSSES
 GAMES = ["charts/episodic_return", "charts/episodic_length"]
-CONFIGS = flag_configs(EAGER, FAST)
-
-
-@pytest.mark.parametrize("config", CONFIGS, ids=" ".join)
-def test_every_flag_combination_runs_and_logs(config, cached_run):
-    run = cached_run(*config, *SHORT)
-    check_flag_run(run, config, LOSSES, logs=4)
-    assert len(run.values("charts/SPS")) == 3
 
 
 # Same random numbers, same formulas; only the rounding of compiled kernels differs. Over 4

@@ -1,11 +1,11 @@
-"""The continuous PPO pair: every flag combination runs and logs, the optimized script's numbers
-match its eager twin's and its own with --compile, a seed gives the same numbers twice, GAE matches
-a direct computation, episodes are logged once each, and both scripts learn InvertedPendulum."""
+"""The continuous PPO pair: every flag combination runs and logs (the Atari pair's too, in the same test), the
+optimized script's numbers match its eager twin's and its own with --compile, a seed gives the same numbers
+twice, GAE matches a direct computation, episodes are logged once each, and both scripts learn InvertedPendulum."""
 
 import numpy as np
 import pytest
 import torch
-from helpers import PPO_CONTINUOUS_LEARN as LEARN, PPO_CONTINUOUS_SHORT as SHORT, \
+from helpers import PPO_ATARI_SHORT, PPO_CONTINUOUS_LEARN as LEARN, PPO_CONTINUOUS_SHORT as SHORT, \
     PPO_CONTINUOUS_THRESHOLD as THRESHOLD, PPO_LOSSES, assert_close_logs, assert_identical_logs, check_flag_run, \
     flag_configs, gae_data, learns_and_plays_back, load_script, reference_gae, run_script
 from leanrl_utils import evals  # helpers puts the repository root on the path
@@ -13,11 +13,15 @@ from leanrl_utils import evals  # helpers puts the repository root on the path
 EAGER, FAST = "ppo_continuous_action", "ppo_continuous_action_torchcompile"
 LOSSES = PPO_LOSSES
 CONFIGS = flag_configs(EAGER, FAST)
+# The flag combinations of both PPO pairs, each on its pair's short run (the Atari pair's: test_ppo_atari.py's),
+# checked alike: the losses logged 4 times, fps 3 times
+FLAG_RUNS = [(config, SHORT) for config in CONFIGS] + \
+    [(config, PPO_ATARI_SHORT) for config in flag_configs("ppo_atari_envpool", "ppo_atari_envpool_torchcompile")]
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=" ".join)
-def test_every_flag_combination_runs_and_logs(config, cached_run):
-    run = cached_run(*config, *SHORT)
+@pytest.mark.parametrize("config,short", FLAG_RUNS, ids=[" ".join(config) for config, _ in FLAG_RUNS])
+def test_every_flag_combination_runs_and_logs(config, short, cached_run):
+    run = cached_run(*config, *short)
     check_flag_run(run, config, LOSSES, logs=4)
     assert len(run.values("charts/SPS")) == 3
 
