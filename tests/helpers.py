@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from leanrl_utils.events import read_scalars  # noqa: E402
-from leanrl_utils.scripts import SCRIPT_DIR, load_script  # noqa: E402, F401  (load_script: for the tests)
+from leanrl_utils.events import read_scalars
+from leanrl_utils.scripts import SCRIPT_DIR, load_script  # noqa: F401  (load_script: for the tests)
 
 REPO = SCRIPT_DIR.parent
 # The CPU suite runs on the CPU on every machine, a GPU machine included: its checks (the --cudagraphs

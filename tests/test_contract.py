@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import CHECKED, SPECS, assert_user_error, ctrl_c_inside, interrupt_script, load_script, run_in_process, \
     run_script, wandb_history, with_flag
-from leanrl_utils import evals  # helpers puts the repository root on the path
+from leanrl_utils import evals
 
 
 # SPECS (each script's short run, an action space it refuses, bad sizes; CHECKED: their names) and
@@ -312,12 +312,11 @@ def test_every_hunk_of_a_pair_s_diff_says_why(eager):
 # the acting steps that --compile compiles on CUDA only are compiled here as well.
 SETTLE = """
 import atexit, json, sys
-sys.path.insert(0, sys.argv[1])
 import torch, tyro
 from tensordict.nn import CudaGraphModule
 from leanrl_utils.scripts import load_script
 
-out, name = sys.argv[2], sys.argv[3]
+out, name = sys.argv[1], sys.argv[2]
 calls, compiles, warmups = {}, {}, []
 counters = torch._dynamo.utils.counters
 compile_ = torch.compile
@@ -358,7 +357,7 @@ module = load_script(name)
 if hasattr(module, "COMPILED_ACTING"):
     module.COMPILED_ACTING = (*module.COMPILED_ACTING, "cpu")
 atexit.register(lambda: open(out, "w").write(json.dumps({"calls": calls, "compiles": compiles, "warmups": warmups})))
-module.main(tyro.cli(module.Args, args=sys.argv[4:]))
+module.main(tyro.cli(module.Args, args=sys.argv[3:]))
 """
 SETTLE_RUNS = {  # long enough that every compiled kind of call runs past its capture (PPO Atari: 8 iterations)
     "ppo_atari_envpool_torchcompile": lambda short: with_flag(short, "--total-timesteps", "512"),
@@ -378,11 +377,10 @@ def test_compilation_settles_well_before_the_capture(script, tmp_path):
     import subprocess
     import sys
 
-    from helpers import ENV, REPO, Run
+    from helpers import ENV, Run
 
     args = SETTLE_RUNS.get(script, list)(list(SPECS[script].short))
-    cmd = [sys.executable, "-c", SETTLE, str(REPO), str(tmp_path / "settle.json"), script, *args, "--compile",
-           "--cudagraphs"]
+    cmd = [sys.executable, "-c", SETTLE, str(tmp_path / "settle.json"), script, *args, "--compile", "--cudagraphs"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=900)
     Run(proc.returncode, proc.stdout, proc.stderr, tmp_path).check()
     record = json.loads((tmp_path / "settle.json").read_text())

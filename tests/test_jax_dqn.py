@@ -25,7 +25,7 @@ from helpers import (DQN_ATARI as ATARI, DQN_ATARI_GREEDY as ATARI_GREEDY, DQN_E
                      DQN_GREEDY as GREEDY, DQN_LEARN as LEARN, DQN_LOSSES as LOSSES, DQN_SHORT as SHORT,
                      DQN_THRESHOLD as THRESHOLD, assert_frame_buffer_returns_what_a_naive_buffer_returns)
 
-from leanrl_utils import evals  # noqa: E402  (helpers puts the repository root on the path)
+from leanrl_utils import evals  # noqa: E402
 from leanrl_utils.presets import load as load_preset  # noqa: E402
 
 EAGER_OF = {"dqn_jax": "dqn", "dqn_atari_envpool_jax": "dqn_atari_envpool"}

@@ -8,7 +8,7 @@ import torch
 from helpers import PPO_ATARI_SHORT, PPO_CONTINUOUS_LEARN as LEARN, PPO_CONTINUOUS_SHORT as SHORT, \
     PPO_CONTINUOUS_THRESHOLD as THRESHOLD, PPO_LOSSES, assert_close_logs, assert_identical_logs, check_flag_run, \
     flag_configs, gae_data, learns_and_plays_back, load_script, reference_gae, run_script
-from leanrl_utils import evals  # helpers puts the repository root on the path
+from leanrl_utils import evals
 
 EAGER, FAST = "ppo_continuous_action", "ppo_continuous_action_torchcompile"
 LOSSES = PPO_LOSSES
