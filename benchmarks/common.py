@@ -3,7 +3,6 @@ and timing helpers."""
 
 import json
 import shlex
-import socket
 import sys
 import time
 from pathlib import Path
@@ -11,10 +10,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from leanrl_utils.machine import describe_machine
+from leanrl_utils import machine
 from leanrl_utils.scripts import load_script  # noqa: F401  (one loader for evals, benchmarks, tests)
 
 REPO = Path(__file__).resolve().parent.parent
+# a TCP port free on loopback now (leanrl_utils/machine.py's), for the process groups of torchrun.py,
+# rpc_serving.py and compile_scope.py
+free_port = machine.free_port
 
 
 def built(module_cls, *args, device) -> torch.nn.Module:
@@ -27,13 +29,6 @@ def shell(module_cls, *args) -> torch.nn.Module:
     """A weightless shell of a script's network, built on "meta": it runs the weights put into it."""
     with torch.device("meta"):
         return module_cls(*args)
-
-
-def free_port() -> int:
-    """A TCP port free on loopback now, for a process group's rendezvous."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def device_sync(device: str | torch.device):
@@ -125,7 +120,7 @@ def command_line() -> str:
 
 def provenance() -> tuple[dict, str]:
     """The machine and the command: what every committed output is written under."""
-    return describe_machine(), command_line()
+    return machine.describe_machine(), command_line()
 
 
 def save(out: Path, markdown: str, data: dict, stem: str = "results") -> None:

@@ -1,7 +1,9 @@
 """The machine a measurement runs on, written beside every committed figure (by the benchmarks) and every
-report (by run.sh); it needs nothing but the standard library, and torch if it is installed."""
+report (by run.sh), and a free port on its loopback (for the process groups of the benchmarks and tests); it
+needs nothing but the standard library, and torch if it is installed."""
 
 import platform
+import socket
 from pathlib import Path
 
 
@@ -38,3 +40,10 @@ def describe_machine() -> dict:
         except md.PackageNotFoundError:
             info[package] = "not installed"
     return info
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now, for a process group's rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

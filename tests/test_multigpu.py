@@ -19,7 +19,7 @@ import torch
 from helpers import ENV, GPU_ENV, MODES, SCRIPT_DIR, Run, RunCache, assert_close_logs, cuda_device_count, load_script, \
     with_flag
 
-from benchmarks.common import free_port  # helpers puts the repository root on the path
+from leanrl_utils.machine import free_port
 
 EAGER, FAST = "ppo_atari_envpool_multigpu", "ppo_atari_envpool_multigpu_torchcompile"
 # 2 ranks x 2 envs x 32 steps per iteration, 3 iterations, 2 epochs of 2 minibatches: 12 updates
