@@ -79,6 +79,11 @@ from benchmarks.limits import TASKS, cpu_fields
 from benchmarks.sps import verdict
 from leanrl_utils.scripts import PAIRS
 
+# torch's profiler records each call's shapes and strides (FunctionEvent.structured_input_shapes) from torch 2.12 on;
+# the compiled update's layouts are read from them, so torch 2.11 is refused at the start
+PROFILER_HAS_SHAPES = "structured_input_shapes" in __import__("inspect").getsource(
+    torch.autograd.profiler_util.FunctionEvent.__init__)
+
 MATMULS = ("mm", "addmm", "bmm", "baddbmm")
 CALL = "update call"  # the record-function / trace annotation around each profiled call
 # a matmul in a profile: an aten op (eager, inductor's Python wrapper) or inductor's C shim (its C++ wrapper)
@@ -536,10 +541,12 @@ def torch_split(events, calls: int) -> dict:
             if match := MATMUL_EVENT.match(child.name):
                 split["matmul"] += us
                 per_op[match.group(1)] = per_op.get(match.group(1), 0) + 1
-                if child.structured_input_shapes:  # (the out= variant lists its output after the operands)
+                # the shapes and strides of the call (PROFILER_HAS_SHAPES; without them the call counts, not its layout)
+                shapes = getattr(child, "structured_input_shapes", None)
+                strides = getattr(child, "structured_input_strides", None)
+                if shapes and strides:  # (the out= variant lists its output after the operands)
                     n = operands(match.group(1))
-                    layout = torch_layout(match.group(1), child.structured_input_shapes[:n],
-                                          child.structured_input_strides[:n])
+                    layout = torch_layout(match.group(1), shapes[:n], strides[:n])
                     entry = per_layout.setdefault(layout["name"], layout | {"calls": 0, "ms": 0.0})
                     entry["calls"] += 1
                     entry["ms"] += us / 1e3
@@ -793,6 +800,9 @@ def main():
     parser.add_argument("--quick", action="store_true", help="1 round, short timings, 3 profiled calls: a test")
     parser.add_argument("--out", type=Path, default=None)
     opts = parser.parse_args()
+    if not PROFILER_HAS_SHAPES:
+        raise SystemExit(f"limits_matmul: torch {torch.__version__}'s profiler records no shapes of the calls, which the "
+                         "compiled update's layouts are read from: run it with torch 2.12 or later")
     if opts.quick:
         opts.rounds, opts.min_run_time, opts.profile_calls = 1, 0.01, 3
     pairs = opts.pairs.split(",")
