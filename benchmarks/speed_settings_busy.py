@@ -4,7 +4,8 @@
 
 A busy machine is the newcomer's usual one (a laptop doing other work, a shared server): here, `--load`
 processes that each spin a core in a Python loop, started before a run and stopped after it (two on a 2-core
-machine: every core taken). Each task runs in each setting, idle and busy in turn, round after round:
+machine: every core taken). Each task runs in each setting, idle and busy in turn, round after round (each round starting its settings
+one further along, so that no setting always follows the same one):
 - `2 threads (before)`: `OMP_NUM_THREADS` pinned to the cores, what the scripts ran with before they chose
   their threads (torch's default: one thread per core);
 - `1 thread`: `OMP_NUM_THREADS=1`;
@@ -16,10 +17,12 @@ updates; fps is `charts/SPS` after the warm-up, the warm-up is `charts/warmup_ti
 compiles from a cold cache (a fresh `TORCHINDUCTOR_CACHE_DIR`), as a first run on a fresh machine does.
 Then the README's first run whole, as written, in the default setting, idle and busy (`--whole-rounds` times
 each): its wall-clock time from start to exit, the figure the README quotes.
-Writes results.md and results.json into --out.
+Writes results.md and results.json into --out; `--rerender FOLDER` rewrites a folder's results.md from its
+results.json.
 """
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -28,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import write_results
+from benchmarks.common import header, write_results
 from benchmarks.sps import run_once, verdict
 
 TASKS = {  # task: (script and flags, --env-id, steps before learning)
@@ -82,8 +85,8 @@ def whole_first_run(env: dict, workdir: Path) -> float:
 def table(data: dict) -> str:
     lines = [f"{data['rounds']} rounds, idle and busy in turn; busy: {data['load']} processes spinning a core each; "
              f"{data['updates']} updates per run after the warm-up's", "",
-             "| task | machine | setting | fps (median) | min-max | vs before (median of the rounds' ratios) | "
-             "vs before (tie rule) | warm-up (s, median) |", "|---|---|---|---|---|---|---|---|"]
+             "| task | machine | setting | fps (median) | min-max | vs the first setting (median of the rounds' "
+             "ratios) | vs the first setting (tie rule) | warm-up (s, median) |", "|---|---|---|---|---|---|---|---|"]
     for task, by_state in data["runs"].items():
         for state, by_setting in by_state.items():
             first = next(iter(by_setting))
@@ -109,11 +112,21 @@ def main() -> None:
     parser.add_argument("--load", type=int, default=os.cpu_count() or 1, help="busy processes (default: one per core)")
     parser.add_argument("--tasks", default=",".join(TASKS))
     parser.add_argument("--whole-rounds", type=int, default=2, help="runs of the whole first run per machine state")
+    parser.add_argument("--states", default="idle,busy", help="the machine's states to measure, of idle and busy")
+    parser.add_argument("--settings", default=None, help="the settings to compare (default: all), comma-separated")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--rerender", type=Path, default=None, metavar="FOLDER",
+                        help="rewrite FOLDER/results.md from its results.json (its command and machine kept), and stop")
     opts = parser.parse_args()
+    if opts.rerender:
+        data = json.loads((opts.rerender / "results.json").read_text())
+        (opts.rerender / "results.md").write_text(f"{header(data)}\n\n{table(data)}\n")
+        return
     cores = os.cpu_count() or 1
-    states = {"idle": 0, "busy": opts.load}
-    runs = {t: {s: {name: [] for name in settings(cores)} for s in states} for t in opts.tasks.split(",")}
+    states = {s: {"idle": 0, "busy": opts.load}[s] for s in opts.states.split(",")}
+    chosen = {name: env for name, env in settings(cores).items()
+              if opts.settings is None or name in opts.settings.split(",")}
+    runs = {t: {s: {name: [] for name in chosen} for s in states} for t in opts.tasks.split(",")}
     whole = {s: [] for s in states}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -121,7 +134,10 @@ def main() -> None:
             for state, load in states.items():
                 for task in runs:
                     config, env_id, starts = TASKS[task]
-                    for name, extra in settings(cores).items():
+                    names = list(chosen)
+                    names = names[rnd % len(names):] + names[:rnd % len(names)]  # each round starts with another
+                    for name in names:
+                        extra = chosen[name]
                         with Load(load):
                             r = run_once(config, ["--learning-starts", str(starts), "--measure-after", "20"],
                                          starts + opts.updates, env_id, tmp, env=cold_env(extra, tmp))
@@ -133,7 +149,8 @@ def main() -> None:
                 with Load(load):
                     whole[state].append(whole_first_run(cold_env({}, tmp), tmp))
                 print(f"whole first run {rnd + 1} {state}: {whole[state][-1]:.1f} s", file=sys.stderr)
-    data = {"rounds": opts.rounds, "updates": opts.updates, "load": opts.load, "runs": runs, "whole": whole}
+    data = {"rounds": opts.rounds, "updates": opts.updates, "load": opts.load, "runs": runs,
+            "whole": {s: w for s, w in whole.items() if w}}
     write_results(opts.out, table(data), data)
 
 
