@@ -43,7 +43,8 @@ Two figures per pair and mode, beside the split:
   (Python, copies, logging) is left out, so a mode can approach it but not the hard bound's margin.
   Defined for --compile and the JAX twins whose environment runs outside their pieces. A run measured above
   its reference shows that the reference is none: results.md then says so and gives no percentage.
-Writes results.md, results.json and split.png into --out; `--rerender FOLDER` rewrites a folder's
+Writes results.md, results.json and split.png into --out; `--replot FOLDER` redraws a folder's split.png
+from its results.json; `--rerender FOLDER` rewrites a folder's
 results.md from its results.json.
 """
 
@@ -503,6 +504,10 @@ def speed_table_fps(folder: Path, pair: str, script: str, flags: list[str]) -> f
 
 # --------------------------------------------------------------------------------------------------
 def plot(rows: list[dict], path: Path) -> None:
+    """split.png: a panel per pair, three to a row, the modes' stacked splits (ms per step) with the hard bound and
+    the attainable reference marked; one legend for all, under the title, outside the data."""
+    import math
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -510,8 +515,13 @@ def plot(rows: list[dict], path: Path) -> None:
 
     colors = dict(zip(CATEGORIES, ["tab:green", "tab:blue", "tab:cyan", "tab:olive", "tab:orange", "tab:gray", "tab:red"]))
     pairs = list(dict.fromkeys(r["pair"] for r in rows))
-    fig, axes = plt.subplots(1, len(pairs), figsize=(3.0 * len(pairs) + 1, 3.8), squeeze=False)
-    for ax, pair in zip(axes[0], pairs):
+    cols = min(3, len(pairs))
+    fig, axes = plt.subplots(math.ceil(len(pairs) / cols), cols, figsize=(max(7.0, 3.4 * cols + 0.6),
+                                                                          3.0 * math.ceil(len(pairs) / cols) + 1.4),
+                             squeeze=False)
+    for ax in list(axes.flat)[len(pairs):]:
+        ax.set_visible(False)
+    for ax, pair in zip(axes.flat, pairs):
         sub = [r for r in rows if r["pair"] == pair]
         bottom = np.zeros(len(sub))
         for c in CATEGORIES:
@@ -523,13 +533,22 @@ def plot(rows: list[dict], path: Path) -> None:
         refs = [(i, 1e3 / r["reference_fps"]) for i, r in enumerate(sub) if r.get("reference_fps")]
         if refs:
             ax.scatter(*zip(*refs), color="black", marker="x", zorder=3, label="attainable reference")
+        # stacked bars stick the axis to every segment's base, so the tallest bar would touch the frame
+        tops = [*bottom, *(1e3 / r["bound_fps"] for r in sub), *(ms for _, ms in refs)]
+        ax.set_ylim(0, 1.08 * max(tops))
         ax.set_xticks(range(len(sub)), [r["mode"] for r in sub], fontsize=7)
         ax.set_title(pair, fontsize=9)
         ax.set_ylabel("ms per environment step", fontsize=7)
-    axes[0][-1].legend(fontsize=6)
+        ax.tick_params(axis="y", labelsize=7)
+    handles = {}
+    for ax in axes.flat:  # every category and marker that some panel drew, once
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    fig.legend(list(handles.values()), list(handles), loc="upper center", ncol=min(len(handles), 5), fontsize=7,
+               frameon=False, bbox_to_anchor=(0.5, 0.955))
     fig.suptitle("Where a step's time goes (py-spy samples of the running scripts), the hard bound and the "
-                 "attainable reference", fontsize=9)
-    fig.tight_layout()
+                 "attainable reference", fontsize=9, y=0.995)
+    fig.tight_layout(rect=(0, 0, 1, 0.88))
     fig.savefig(path, dpi=80)
     plt.close(fig)
 
@@ -595,7 +614,12 @@ def main():
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--rerender", type=Path, default=None, metavar="FOLDER",
                         help="rewrite FOLDER/results.md from its results.json (same command and machine) and stop")
+    parser.add_argument("--replot", type=Path, default=None, metavar="FOLDER",
+                        help="redraw FOLDER/split.png from its results.json, and nothing else")
     opts = parser.parse_args()
+    if opts.replot:
+        plot(json.loads((opts.replot / "results.json").read_text())["rows"], opts.replot / "split.png")
+        return
     if opts.rerender:
         data = json.loads((opts.rerender / "results.json").read_text())
         text = render(data, any("speed_table_fps" in r for r in data["rows"]))

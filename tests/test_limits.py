@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from helpers import SCRIPT_DIR
+from helpers import REPO, SCRIPT_DIR
 
 from benchmarks.limits import CATEGORIES, Main, classify
 from leanrl_utils.scripts import PAIRS
@@ -158,3 +158,36 @@ def test_a_reference_that_a_run_beat_is_given_no_percentage():
     above = render(data | {"rows": [row(330.0)]}, speed=True)
     assert "| not one | 330 | 33% | ran above it: no reference | 250 | 25% |" in above
     assert "110%" not in above
+
+
+def test_the_split_is_a_grid_with_one_legend_and_no_bar_touching_the_frame(tmp_path, monkeypatch):
+    """--replot draws split.png again from a committed results.json alone: the six pairs three to a row, one
+    legend for the figure (none inside a panel), and each panel's top above its tallest bar and marks."""
+    import json
+    import shutil
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from benchmarks import limits
+
+    shutil.copy(REPO / "docs" / "limits" / "results.json", tmp_path / "results.json")
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    figures = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))  # keep the figure to look at
+    monkeypatch.setattr("sys.argv", ["limits", "--replot", str(tmp_path)])
+    limits.main()
+    close("all")
+    assert (tmp_path / "split.png").stat().st_size > 0 and len(figures) == 1
+    fig = figures[0]
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    pairs = list(dict.fromkeys(r["pair"] for r in rows))
+    assert [ax.get_title() for ax in shown] == pairs
+    assert fig.axes[0].get_gridspec().get_geometry() == (2, 3)
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    for ax in shown:
+        top = max(p.get_y() + p.get_height() for p in ax.patches)
+        assert ax.get_ylim()[1] > 1.02 * top, ax.get_title()
