@@ -86,10 +86,11 @@ NOT_A_MEASUREMENT = [
     ("a comment", re.compile(r"<!--.*?-->")),
     ("a date", re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2})?)?\b")),
     ("a version", re.compile(r"(?<![\w.])\d+(?:\.\d+){2,}(?:[+\w.-]*)")),
-    # a package's version, and the versions that follow it ("torch 2.11 to 2.13", "torch before 2.12")
+    # a package's version, and the versions that follow it ("torch 2.11 to 2.13", "torch before 2.12"); a number
+    # with a decimal and three digits or more before it is a figure ("the JAX twin's fps, JAX 2484.6"), not a version
     ("a version", re.compile(r"(?i)\b(?:torch|pytorch|jax|jaxlib|tensordict|python|gymnasium|envpool|mujoco|flax|"
                              r"optax|cuda|numpy|ubuntu|gcc|avx)(?:\s+(?:before|after|since|from|older than))?[\s-]+"
-                             r"v?(\d+(?:\.\d+)*(?:\s*(?:,|to|or|and)\s*\d+\.\d+(?:\.\d+)*)*)")),
+                             r"v?((?:\d+(?![.\d])|\d{1,2}(?!\d)(?:\.\d+)*)(?:\s*(?:,|to|or|and)\s*\d+\.\d+(?:\.\d+)*)*)")),
     ("a name", re.compile(r"(?i)\b" + NAMED + r"\s+\d+(?![.,]?\d)(?:(?:\s*(?:,|/|and|or|to)\s*)+\d+(?![.,]?\d))*")),
     ("a count of the set-up", re.compile(r"(?<![\w.])\d+(?:\s*(?:,|/|and|or)\s*\d+)*(?:-|\s+)" + SETUP + r"\b")),
     ("a numbered item", re.compile(r"(?m)^\s*\d+\.\s")),

@@ -256,6 +256,8 @@ def test_what_counts_as_a_figure():
         ("344 GFLOP/s", "GFLOP/s"), ("294", ""), ("65", "%"), ("76%", "%"), ("369", "fps"), ("578 fps", "fps"),
         ("19k", ""), ("-1250", ""), ("5 graph breaks", "graph breaks"), ("31 µs", "µs"), ("2.11 ms", "ms")]
     assert F.figures(["| 2 | 1,006 | 3 |"]) == ["1,006", "3"]
+    # after a package's name: a version (torch 2.11 to 2.13, AVX-512), or a figure where it cannot be one
+    assert F.figures(["torch 2.11 to 2.13 and jax 0.10.2 on AVX-512; fps: eager 990.7, JAX 2484.6"]) == ["990.7", "2484.6"]
     assert F.value_of("19k") == (19000, 500) and F.traced("19k", [19400]) and not F.traced("19k", [19600])
 
 
