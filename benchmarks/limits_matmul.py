@@ -59,6 +59,7 @@ barriers wait for a thread that another process holds). `--quick` is a test of t
 
 import argparse
 import contextlib
+import inspect
 import io
 import math
 import os
@@ -81,8 +82,7 @@ from leanrl_utils.scripts import PAIRS
 
 # torch's profiler records each call's shapes and strides (FunctionEvent.structured_input_shapes) from torch 2.12 on;
 # the compiled update's layouts are read from them, so torch 2.11 is refused at the start
-PROFILER_HAS_SHAPES = "structured_input_shapes" in __import__("inspect").getsource(
-    torch.autograd.profiler_util.FunctionEvent.__init__)
+PROFILER_HAS_SHAPES = "structured_input_shapes" in inspect.getsource(torch.autograd.profiler_util.FunctionEvent.__init__)
 
 MATMULS = ("mm", "addmm", "bmm", "baddbmm")
 CALL = "update call"  # the record-function / trace annotation around each profiled call

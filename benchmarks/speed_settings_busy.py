@@ -4,8 +4,8 @@
 
 A busy machine is the newcomer's usual one (a laptop doing other work, a shared server): here, `--load`
 processes that each spin a core in a Python loop, started before a run and stopped after it (two on a 2-core
-machine: every core taken). Each task runs in each setting, idle and busy in turn, round after round (each round starting its settings
-one further along, so that no setting always follows the same one):
+machine: every core taken). Each task runs in each setting, idle and busy in turn, round after round (each
+round starting its settings one further along, so that no setting always follows the same one):
 - `2 threads (before)`: `OMP_NUM_THREADS` pinned to the cores, what the scripts ran with before they chose
   their threads (torch's default: one thread per core);
 - `1 thread`: `OMP_NUM_THREADS=1`;
