@@ -1,10 +1,10 @@
-"""Load back a policy saved with `--save-model`, and play it.
+"""Play a policy, and load back one saved with `--save-model` (CleanRL's `cleanrl_utils/evals`).
 
-This is the one helper module the contract (CONTRIBUTING.md) allows (CleanRL's `cleanrl_utils/evals`),
-kept beside `leanrl/` so that every file there is a script: the scripts import it only under
-`--save-model`, so that a script copied alone still trains. A checkpoint names its algorithm; the policy is
-rebuilt with the eager script's classes, loaded back from the script (scripts.load_script) because the
-single-file rule keeps them there alone, so a model saved by any script of a family loads the same way.
+A script's `--save-model` plays its trained policy with `play`: the script hands over an environment it made
+and its own way to act (`act`, the algorithm's evaluation rule: SAC's mean action, DQN's ε-greedy choice),
+and nothing here loads a script. A checkpoint names its family; `load_policy` and `evaluate` rebuild the
+policy from a checkpoint with the eager script's classes, through the declared loader (scripts.load_script),
+for the tests and benchmarks, so a model saved by any script of a family loads the same way.
 
     from leanrl_utils.evals import load_policy, evaluate      # the project's package: pip install -e .
     policy, args = load_policy("runs/<run>/sac_continuous_action.pt")[:2]
@@ -62,6 +62,37 @@ def freeze_normalization(envs: gym.vector.SyncVectorEnv, obs_rms: dict) -> None:
         env.obs_rms.mean, env.obs_rms.var = obs_rms["mean"].double().numpy(), obs_rms["var"].double().numpy()
         env.obs_rms.count = float(obs_rms["count"])
         env.update_running_mean = False
+
+
+def play(env, act, episodes: int, seed: int, stats=None) -> list[float]:
+    """Play `episodes` episodes with `act` (observations -> actions, numpy in and out, called without
+    gradients) and return their returns. `env` is one gymnasium environment with episode statistics, or a
+    gymnasium vector environment (same-step autoreset: a finished episode comes in `final_info`), or, with
+    `stats` (the script's EpisodeStats), an envpool one, whose whole games (unclipped rewards) are counted."""
+    returns = []
+    with torch.no_grad():
+        if isinstance(env, gym.Env):
+            obs, _ = env.reset(seed=seed)
+            while len(returns) < episodes:
+                obs, _, _, _, info = env.step(act(obs))
+                if "episode" in info:
+                    returns.append(float(info["episode"]["r"]))
+                    obs, _ = env.reset()
+        elif stats is None:
+            obs, _ = env.reset(seed=seed)
+            while len(returns) < episodes:
+                obs, _, _, _, infos = env.step(act(obs))
+                if "final_info" in infos and "episode" in infos["final_info"]:
+                    finished = infos["final_info"]["_episode"]
+                    returns += [float(r) for r in infos["final_info"]["episode"]["r"][finished]]
+        else:
+            env.single_action_space.seed(seed)
+            obs, _ = env.reset()
+            while len(returns) < episodes:
+                obs, _, terminated, truncated, info = env.step(act(obs))
+                returns += [r for _, r, _ in stats.update(info, terminated, truncated)]
+    env.close()
+    return returns[:episodes]
 
 
 def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: str | torch.device = "cpu"):

@@ -1,0 +1,414 @@
+"""The script contract's plumbing (CONTRIBUTING.md), shared by every script of leanrl/: not the lesson.
+
+A script imports it as it imports any library (CleanRL's SAC takes its replay buffer from Stable-Baselines3)
+and keeps the reinforcement learning: its `Args`, environment, networks, buffers, losses, loop, its own
+argument ranges (`check_args`) and every optimization. What is here is the same for every script:
+
+    from leanrl_utils import harness
+
+    device = harness.pick_device(args)                 # threads for a busy machine, CUDA or the CPU, said why
+    writer = harness.make_writer(args, run_name)       # TensorBoard (and wandb), the NaN stop, Ctrl-C kept
+    progress = harness.Progress(args, writer, total, start_step, warmup_steps)   # the bar, fps, warm-up lines
+    ...
+    if __name__ == "__main__":
+        harness.run(main, Args, check_args)            # flags and their one-line mistakes, then main(args)
+
+A user's mistake stops in one line (`fail`, exit code 2), a run whose losses stop being finite numbers stops in
+one line (exit code 3), and a Ctrl-C (exit code 130) or an error keeps what was logged on disk.
+"""
+
+import atexit
+import logging
+import math
+import os
+import signal
+import sys
+import time
+import warnings
+from typing import Callable, NoReturn
+
+import torch
+import tqdm
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+
+# when the current run's main() began (set by `run`): charts/start's wall time, so that the time to reach a
+# return counts set-up and compilation
+_started: float | None = None
+
+
+def fail(message: str) -> NoReturn:
+    """A user's mistake: one line on stderr, exit code 2, no stack trace."""
+    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def flag(name: str) -> str:
+    """A field of `Args` as the user types it: total_timesteps -> --total-timesteps."""
+    return "--" + name.replace("_", "-")
+
+
+def check_ranges(args, positive=(), non_negative=(), unit=(), probabilities=()) -> None:
+    """The usual ranges, each flag named alone when it is out of its range, in the order given: `positive`
+    (> 0), `non_negative` (>= 0), `unit` (in [0, 1]: discounts, lambdas), `probabilities` (in [0, 1] too, said
+    as a probability). A script checks the rest of its ranges itself (see its check_args)."""
+    for name in [*positive, *non_negative]:
+        value = getattr(args, name)
+        if value < 0 or (value == 0 and name in positive):
+            fail(f"{flag(name)} must be {'positive' if name in positive else '>= 0'}, got {value}")
+    for name in unit:
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            fail(f"{flag(name)} must be in [0, 1], got {getattr(args, name)}")
+    for name in probabilities:
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            fail(f"{flag(name)} must be a probability, in [0, 1], got {getattr(args, name)}")
+
+
+def check_common(args) -> None:
+    """What every script refuses before its own ranges: a float flag given as nan or inf (it would pass every
+    range check written as a comparison), and a seed that numpy and gymnasium refuse (they take 0 to 2**32 - 1)
+    only once the run has started."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"{flag(name)} must be a finite number, got {value}")
+    if hasattr(args, "seed") and not 0 <= args.seed < 2**32:
+        fail(f"--seed must be in [0, 2**32 - 1] (numpy's and gymnasium's seeds), got {args.seed}")
+
+
+def parse_args(Args: type, argv: list[str] | None = None):
+    """tyro's command line, where a mistake stops in one line: an unknown flag names the nearest real ones (by
+    name, or by the words of their help: --learning-rate finds the flags whose help says "learning rate"), and a
+    value tyro cannot read is named in tyro's own words, without its box. --help is tyro's."""
+    import contextlib
+    import difflib
+    import inspect
+    import io
+    import itertools
+    import re
+
+    drawn = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(drawn):  # tyro draws an error in a box: its first lines are kept
+            args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True)
+    except SystemExit as err:
+        if not err.code:  # --help
+            raise
+        lines = [line.strip("│╭╮╰╯ ") for line in drawn.getvalue().splitlines()[1:]]
+        said = " ".join(line for line in itertools.takewhile(lambda line: not line.startswith("─"), lines) if line)
+        fail(said or "the command line cannot be read; --help lists the flags")
+    if unknown:
+        given = unknown[0].split("=")[0]
+        if not given.startswith("-"):
+            fail(f"{given!r} is neither a flag nor a flag's value; --help lists the flags")
+        helps = {flag(name): text.lower().split()
+                 for name, text in re.findall(r'^    (\w+):.*\n    """(.*?)"""', inspect.getsource(Args), flags=re.M)}
+        near = [name for name, words in helps.items() if all(w in words for w in given.lstrip("-").split("-"))]
+        near += [name for name in difflib.get_close_matches(given, helps, n=3, cutoff=0.75) if name not in near]
+        near = near[:3]
+        fail(f"{given}: no such flag" + (f"; did you mean {', '.join(near[:-1]) + ' or ' * (len(near) > 1) + near[-1]}?"
+                                         if near else "; --help lists the flags"))
+    return args
+
+
+def pick_threads() -> None:
+    """torch's CPU threads: one per core (torch's default), cut to the share of the machine that other programs
+    leave free, at least one. A parallel region waits for its slowest thread, and a thread whose core another
+    program holds waits for its turn, so on a busy machine fewer threads run faster (docs/speed_settings.md).
+    The load is read from /proc/stat (Linux) over a fifth of a second, before the run does any work, as the
+    busy fraction of all logical CPUs, which is applied to torch's count (cores, where SMT gives a core two
+    logical CPUs): one unit throughout. A user's OMP_NUM_THREADS wins. The thread count can change the last
+    digits of a run's numbers: a cut says so."""
+    if "OMP_NUM_THREADS" in os.environ or not os.path.exists("/proc/stat"):
+        return
+
+    def ticks():  # (all, idle + iowait) jiffies of every CPU since boot
+        with open("/proc/stat") as f:
+            cpu = [int(x) for x in f.readline().split()[1:]]
+        return sum(cpu), cpu[3] + cpu[4]
+
+    (total, idle), _, (total_after, idle_after) = ticks(), time.sleep(0.2), ticks()
+    busy = 1 - (idle_after - idle) / max(1, total_after - total)  # the fraction of the machine others use
+    cores = torch.get_num_threads()
+    threads = threads_left(cores, busy)
+    if threads < cores:
+        torch.set_num_threads(threads)
+        print(f"{os.path.basename(sys.argv[0])}: other programs keep {busy:.0%} of the {os.cpu_count()} CPUs busy: "
+              f"torch runs on {threads} thread{'s' * (threads > 1)}, not {cores} (OMP_NUM_THREADS sets it)",
+              file=sys.stderr)
+
+
+def threads_left(cores: int, busy: float) -> int:
+    """The threads for `cores` when a fraction `busy` of the machine is taken: the free share of them, >= 1."""
+    return max(1, min(cores, round(cores * (1 - busy))))
+
+
+def why_not_cuda() -> str | None:
+    """None where torch can use CUDA; otherwise why not, in a few words: torch's own reason where it gives one
+    (a driver too old for this build), a CPU build of torch, or no visible device."""
+    with warnings.catch_warnings(record=True) as caught:  # torch gives its reason as a warning (an old driver)
+        warnings.simplefilter("always")
+        if torch.cuda.is_available():
+            return None
+    reasons = [str(w.message).strip().splitlines()[0] for w in caught if "CUDA" in str(w.message)]
+    return (f"torch {torch.__version__} is a CPU build" if torch.version.cuda is None
+            else reasons[0] if reasons else "no CUDA device is visible")
+
+
+def quiet_tensordict() -> None:
+    """Silence tensordict's messages that say nothing a user can act on: a lock_() traced by torch.compile skips
+    its check of locked parents (nothing in the scripts unlocks a tensordict); CudaGraphModule made without CUDA
+    (pick_device says once that --cudagraphs runs without graphs there); each graph module it sets up (logged at
+    INFO). Called by pick_device, after the script imported tensordict (which sets its logger's level)."""
+    warnings.filterwarnings("ignore", r"Using lock_\(\) inside a compiled graph")
+    warnings.filterwarnings("ignore", "This module is instantiated on a machine without CUDA")
+    logging.getLogger("tensordict").setLevel(logging.WARNING)
+
+
+def pick_device(args) -> torch.device:
+    """The run's device, after its CPU threads (`pick_threads`): CUDA when --cuda (the default) asks for it and
+    torch can use it; otherwise the CPU, and if CUDA was asked for, one line that says why it is not used, so
+    that a run meant for a GPU never runs on the CPU unnoticed. --cudagraphs (the optimized scripts' flag)
+    without CUDA says once that it runs without graphs (tensordict's CudaGraphModule then calls each function
+    directly); on a machine with CUDA, --no-cuda beside it is refused, since the graphs would be captured from
+    CPU tensors. On the CPU, compiled code draws eager's random numbers (inductor's `fallback_random`), so
+    that --compile reproduces a run without it (the contract); on a GPU inductor's own generator is faster
+    and stays on."""
+    pick_threads()
+    quiet_tensordict()
+    why = why_not_cuda()
+    if args.cuda and why is None:
+        return torch.device("cuda")
+    torch._inductor.config.fallback_random = True
+    if getattr(args, "cudagraphs", False):
+        if why is None:
+            fail("--cudagraphs records CUDA graphs and --no-cuda keeps this run on the CPU: leave out one of the two")
+        print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
+    if args.cuda:
+        print(f"{os.path.basename(sys.argv[0])}: --cuda: {why}; running on the CPU", file=sys.stderr)
+    return torch.device("cpu")
+
+
+def pick_rank_device(args, local_rank: int) -> torch.device:
+    """A rank's device for the multi-process scripts (torchrun): the CPU, or the GPU of its local rank, after
+    its CPU threads. Refuses, in one line, what would fail at the first collective: a backend this torch build
+    lacks, NCCL without CUDA, NCCL ranks sharing a GPU. Where --cuda asked for CUDA and it is not usable, one
+    line (rank 0's) says why."""
+    import torch.distributed as dist
+
+    pick_threads()
+    quiet_tensordict()
+    if args.backend is not None and not dist.is_backend_available(args.backend):
+        fail(f"--backend {args.backend}: this build of torch has no such backend"
+             + (" (NCCL needs a CUDA build of torch and a GPU; on the CPU use gloo, the default)" if args.backend == "nccl" else ""))
+    why = why_not_cuda()
+    if not (why is None and args.cuda):
+        if args.backend == "nccl":
+            fail("--backend nccl: NCCL runs on CUDA devices only and this run has none; use gloo (the default on the CPU)")
+        if getattr(args, "cudagraphs", False):
+            if why is None:  # the graphs would be captured from CPU tensors
+                fail("--cudagraphs records CUDA graphs and --no-cuda keeps this run on the CPU: leave out one of the two")
+            if int(os.environ.get("RANK", "0")) == 0:
+                print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
+        if args.cuda and int(os.environ.get("RANK", "0")) == 0:  # CUDA was asked for: one line says why it is not used
+            print(f"{os.path.basename(sys.argv[0])}: --cuda: {why}; running on the CPU", file=sys.stderr)
+        torch._inductor.config.fallback_random = True  # as in pick_device
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(args.world_size)))  # ranks on this machine
+    gpus = args.device_ids or [r % count for r in range(local_world)]
+    if len(gpus) < local_world or not all(0 <= g < count for g in gpus):
+        fail(f"--device-ids {gpus}: needs an id for each of the {local_world} ranks on this machine, each below the "
+             f"number of GPUs ({count})")
+    if args.world_size > 1 and (args.backend or "nccl") == "nccl" and len(set(gpus[:local_world])) < local_world:
+        fail(f"--backend nccl: the {local_world} ranks on this machine would share GPUs ({gpus[:local_world]}), which "
+             "NCCL refuses at the first collective; run one rank per GPU, or use --backend gloo without --cudagraphs")
+    return torch.device("cuda", gpus[local_rank])
+
+
+def inductor_options(device: torch.device, torch_version: str = torch.__version__) -> dict | None:
+    """inductor's settings for compiling SAC's and TD3's updates: none, but on CUDA with torch before 2.12. There
+    inductor crashes compiling a function that mixes foreach kernels (the Adam written out, the target networks'
+    `lerp_`) with reductions over tensors of other shapes, in its loop reordering after fusion
+    (pytorch/pytorch#176591, fixed by #176849, first released in torch 2.12): such an update is compiled with
+    that pass off, a fusion heuristic given up so that the GPU machine's own torch, which often cannot be
+    replaced, runs it."""
+    if device.type == "cuda" and torch.torch_version.TorchVersion(torch_version) < (2, 12):
+        return {"loop_ordering_after_fusion": False}
+    return None
+
+
+def use_jax_device(args) -> None:
+    """The JAX twins' device: --cuda off keeps JAX on the CPU even where it has a GPU; --torch-deterministic
+    asks for XLA's deterministic GPU kernels, unless XLA_FLAGS already sets that flag (the user's value wins).
+    Both are read when JAX starts its backend, at the first array: call this before any. The CPU's kernels are
+    deterministic anyway. Where --cuda asked for a GPU and JAX has none, one line says so. (JAX is imported
+    here, not at the top: the PyTorch scripts never import it.)"""
+    import jax
+
+    if not args.cuda:
+        jax.config.update("jax_platforms", "cpu")
+    if args.torch_deterministic and "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
+    if args.cuda and jax.default_backend() == "cpu":  # starts the backend, once the settings above are made
+        print(f"{os.path.basename(sys.argv[0])}: --cuda: JAX {jax.__version__} has no usable GPU here (a CPU-only "
+              "jaxlib, or no visible GPU); running on the CPU", file=sys.stderr)
+
+
+def make_writer(args, run_name: str) -> SummaryWriter:
+    """TensorBoard in runs/<run_name>/ (and wandb with --track), closed at exit: what was logged is kept after
+    Ctrl-C or an error. A loss logged as a number that is not finite stops the run (`diverged`), and a Ctrl-C
+    that lands while a scalar is written waits for the write. The hyperparameters go in as a text table, and
+    `charts/start` as one point whose wall time is when main() began: the time to reach a return counts from
+    it, set-up and compilation before the first logged value included."""
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_name, save_code=True)
+        atexit.register(wandb.finish)
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_scalar = ctrl_c_held(writer.add_scalar)  # a Ctrl-C waits for the write in progress
+    writer.add_scalar = stop_if_diverged(writer.add_scalar, args)  # a NaN loss stops the run
+    writer.add_scalar("charts/start", 0, 0, walltime=_started if _started is not None else time.time())
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    atexit.register(writer.close)  # registered last, runs first: before wandb.finish
+    return writer
+
+
+def diverged(what: str, args, step: int | None = None) -> NoReturn:
+    """Training diverged: every update after a NaN is NaN too, so the run stops. One line names the step, what is
+    not a finite number and the learning rates; exit code 3; what was logged is kept (the writer closes at exit)."""
+    for bar in list(getattr(tqdm.tqdm, "_instances", ())):
+        bar.close()  # the progress bar's line ends before the message's
+    rates = ", ".join(f"{flag(name)} {value:g}" for name, value in vars(args).items()
+                      if isinstance(value, float) and (name.endswith("_lr") or name == "learning_rate"))
+    print(f"{os.path.basename(sys.argv[0])}: error: step {step}: {what}: training diverged; a smaller learning rate "
+          f"({rates}) may help", file=sys.stderr)
+    sys.exit(3)
+
+
+def stop_if_diverged(write, args):
+    """`write` (the writer's add_scalar) that stops the run (`diverged`) once a loss it logs is not a finite
+    number, after writing it."""
+
+    def checked(tag, value, step=None, *more, **kwargs):
+        written = write(tag, value, step, *more, **kwargs)
+        if tag.startswith("losses/") and not math.isfinite(float(value)):
+            diverged(f"{tag} is {float(value)}", args, step)
+        return written
+    return checked
+
+
+def ctrl_c_held(write):
+    """`write` with a Ctrl-C held until it returns, then raised again: a KeyboardInterrupt raised inside the
+    locks of TensorBoard's queue can leave its writer thread asleep, and the run hung at exit (writer.close)."""
+
+    def held(*args, **kwargs):
+        caught = []
+        previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+        try:
+            return write(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            if caught:
+                signal.raise_signal(signal.SIGINT)
+    return held
+
+
+class Progress:
+    """The progress bar over a run's `total` environment steps, and its fps: `charts/SPS` over a window that
+    starts `warmup_steps` after `start_step`, once the warm-up (compilation, CUDA-graph capture, jit) is over,
+    and `charts/warmup_time`, the time before it. A line above the bar says what the warm-up does and, when it
+    ends, how long it took: `busy`, or for the optimized scripts what their flags make it do (--compile
+    compiles; --cudagraphs captures, on a CUDA device)."""
+
+    def __init__(self, args, writer, total: int, start_step: int, warmup_steps: int, busy: str | None = None,
+                 disable: bool = False):
+        if busy is None:
+            graphs = getattr(args, "cudagraphs", False) and args.cuda and why_not_cuda() is None
+            work = [w for w, on in (("compiling (--compile)", getattr(args, "compile", False)),
+                                    ("capturing CUDA graphs", graphs)) if on]
+            busy = " and ".join(work) or None
+        self.writer, self.steps, self.times, self.busy = writer, (start_step, start_step + warmup_steps), {}, busy
+        self.bar = tqdm.tqdm(total=total, desc=args.exp_name, unit="step", disable=disable)
+
+    def __iter__(self):
+        """The steps 0, 1, ..., total - 1, the bar advancing with each."""
+        for step in range(self.bar.total):
+            yield step
+            self.bar.update()
+        self.bar.close()
+
+    def update(self, steps: int) -> None:
+        """The bar advanced by `steps` environment steps (a loop that steps several environments at once)."""
+        self.bar.update(steps)
+
+    def tick(self, step: int) -> None:
+        """Called at every step that may open the fps window: its start and end are timed."""
+        if step in self.steps:
+            self.times[step] = time.perf_counter()
+            if step == self.steps[0] and self.busy:  # a line above the progress bar, which stalls meanwhile
+                tqdm.tqdm.write(f"warm-up: {self.busy}; fps are counted after it", file=sys.stderr)
+            if step == self.steps[1]:
+                warmup = self.times[step] - self.times[self.steps[0]]
+                self.writer.add_scalar("charts/warmup_time", warmup, step)
+                if self.busy:
+                    tqdm.tqdm.write(f"warm-up done in {warmup:.1f} s", file=sys.stderr)
+
+    def log(self, step: int, episodic_return: float = float("nan")) -> float | None:
+        """At a logging step: `charts/SPS` since the window opened, shown on the bar with the latest return."""
+        if step <= self.steps[1] or self.steps[1] not in self.times:
+            return None
+        sps = (step - self.steps[1]) / (time.perf_counter() - self.times[self.steps[1]])
+        self.writer.add_scalar("charts/SPS", sps, step)
+        self.bar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+        return sps
+
+
+def run(main: Callable, Args: type, check_args: Callable | None = None, argv: list[str] | None = None) -> None:
+    """What `python leanrl/<script>.py` does: read the command line (`parse_args`), refuse what no script takes
+    (`check_common`) and what this one does not (its `check_args`), all before any work and before any run folder
+    is written; then train, `main(args)`, and end a run that diverged, was interrupted or lost another rank in
+    one line."""
+    global _started
+    args = parse_args(Args, argv)
+    check_common(args)
+    if check_args is not None:
+        check_args(args)
+    _started = time.time()
+    try:
+        main(args)
+    except ValueError as err:
+        # torch.distributions refuses parameters that are not finite numbers (the eager scripts that sample
+        # from one): training diverged before a logged loss could show it
+        if "found invalid values" not in str(err):
+            raise
+        import traceback
+
+        steps = [frame.f_locals["global_step"] for frame, _ in traceback.walk_tb(err.__traceback__)
+                 if "global_step" in frame.f_locals]  # main()'s step when the error was raised
+        diverged("a distribution's parameters are not finite numbers", args, steps[-1] if steps else None)
+    except BaseException as err:
+        if lost_contact(err):  # another rank stopped (a crash, a kill) or did not answer within --dist-timeout
+            print(f"{os.path.basename(sys.argv[0])}: error: lost contact with another rank: {str(err).splitlines()[0]}",
+                  file=sys.stderr)
+            sys.exit(1)
+        # a Ctrl-C inside a tensordict `to_module` context leaves it as a RuntimeError: look down the chain
+        while err is not None and not isinstance(err, KeyboardInterrupt):
+            err = err.__context__
+        if err is None:
+            raise
+        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
+        sys.exit(130)
+    finally:
+        _started = None
+
+
+def lost_contact(err: BaseException) -> bool:
+    """Whether `err` says that another rank of this run's process group is gone (none outside torchrun)."""
+    if "torch.distributed" not in sys.modules or isinstance(err, (SystemExit, KeyboardInterrupt)):
+        return False
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and (isinstance(err, dist.DistError) or any(
+        word in str(err).lower() for word in ("by peer", "timed out", "timeout", "connection")))
