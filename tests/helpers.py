@@ -116,7 +116,7 @@ def run_in_process(script: str, *args: str, cwd: Path) -> Run:
     import io
     import traceback
 
-    import tyro
+    from leanrl_utils import harness
 
     module = load_script(script)
     cwd.mkdir(parents=True, exist_ok=True)
@@ -126,7 +126,7 @@ def run_in_process(script: str, *args: str, cwd: Path) -> Run:
         sys.argv = [str(SCRIPT_DIR / f"{script}.py"), *args]
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                module.main(tyro.cli(module.Args, args=list(args)))
+                harness.run(module.main, module.Args, module.check_args, list(args))
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             except Exception:

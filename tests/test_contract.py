@@ -1,6 +1,8 @@
-"""The promises of the script contract (CONTRIBUTING.md) that every script keeps, checked on each script.
-
-Pair-specific checks (numerics, learning) live in test_<algorithm>.py.
+"""The promises of the script contract (CONTRIBUTING.md) where each script's own code takes part, checked on each
+script: its flags and ranges, its environment's checks, its logs, its checkpoint and play-back, its networks' first
+weights, and each pair's diff as a lesson. The plumbing every script shares (the one-line mistakes, Ctrl-C, the
+NaN stop, threads, devices) is the harness's, tested once in test_harness.py; pair-specific checks (numerics,
+learning) live in test_<algorithm>.py.
 """
 
 import math
@@ -9,9 +11,9 @@ from dataclasses import fields
 
 import pytest
 import torch
-from helpers import CHECKED, SPECS, assert_user_error, ctrl_c_inside, interrupt_script, load_script, run_in_process, \
-    run_script, wandb_history, with_flag
-from leanrl_utils import evals
+from helpers import CHECKED, SPECS, assert_user_error, ctrl_c_inside, load_script, run_in_process, wandb_history, \
+    with_flag
+from leanrl_utils import evals, harness
 
 
 # SPECS (each script's short run, an action space it refuses, bad sizes; CHECKED: their names) and
@@ -30,11 +32,11 @@ def test_help_lists_every_flag(script, tmp_path):
         assert "--compile" in run.stdout and "--cudagraphs" in run.stdout
 
 
-# Bad input: one real process per script (its exit code and stderr as a user sees them), then the other
-# cases in this process (the same main() and checks, without a new interpreter's seconds of start-up).
+# Bad input, run in this process (harness.run with the script's main() and checks, without a new interpreter's
+# seconds of start-up; test_harness.py runs one real process for all).
 @pytest.mark.parametrize("script", CHECKED)
 def test_unknown_env_id(script, tmp_path):
-    run = run_script(script, "--env-id", "NoSuchEnv-v9", cwd=tmp_path)
+    run = run_in_process(script, "--env-id", "NoSuchEnv-v9", cwd=tmp_path)
     assert_user_error(run, "--env-id")
 
 
@@ -53,22 +55,10 @@ def test_bad_sizes(script, flag, value, tmp_path):
 
 
 @pytest.mark.parametrize("script", CHECKED)
-def test_every_float_flag_refuses_nan_and_inf(script, tmp_path):
-    """A float flag given as nan or inf passes range checks written as comparisons (every comparison with nan
-    is false): each script refuses a non-finite value (nan and inf in turn) for every float flag, with one
-    line naming the flag (in this process: the same main() and checks, without a new interpreter per flag)."""
-    floats = [f.name for f in fields(load_script(script).Args) if f.type in (float, "float", float | None, "float | None")]
-    assert floats, "no float flag"
-    for i, name in enumerate(floats):
-        flag = "--" + name.replace("_", "-")
-        run = run_in_process(script, *SPECS[script].short, flag, ["nan", "inf"][i % 2], cwd=tmp_path / name)
-        assert_user_error(run, flag)
-
-
-@pytest.mark.parametrize("script", CHECKED)
 def test_every_float_flag_refuses_a_negative_value(script, tmp_path):
     """No float flag of any script takes a negative value (rates, coefficients, noises, probabilities, times):
-    each refuses -1 with one line naming the flag, the same way in the three scripts of a family."""
+    each refuses -1 with one line naming the flag, the same way in the three scripts of a family (each script's
+    own ranges: its check_args; nan and inf are refused by the harness, for every float flag)."""
     floats = [f.name for f in fields(load_script(script).Args) if f.type in (float, "float", float | None, "float | None")]
     for name in floats:
         flag = "--" + name.replace("_", "-")
@@ -76,58 +66,11 @@ def test_every_float_flag_refuses_a_negative_value(script, tmp_path):
         assert_user_error(run, flag)
 
 
-@pytest.mark.parametrize("script", CHECKED)
-def test_ctrl_c_keeps_the_logs(script, tmp_path):
-    spec = SPECS[script]
-    args = with_flag(spec.short, "--total-timesteps", "1000000")
-    run = interrupt_script(script, *args, cwd=tmp_path, after_step=spec.interrupt_after)
-    assert run.returncode == 130, run.stderr[-3000:]
-    assert "Traceback" not in run.stderr and "interrupted" in run.stderr
-    # the writer was closed: what was logged before the interrupt is readable
-    assert run.values("charts/episodic_return"), sorted(run.scalars)
-    assert any(tag.startswith("losses/") for tag in run.scalars), sorted(run.scalars)
-
-
-@pytest.mark.parametrize("script", CHECKED)
-def test_a_ctrl_c_during_a_write_waits_for_it(script, monkeypatch, tmp_path):
-    """A SIGINT that lands while the writer writes a scalar is raised once the write is done: raised inside
-    TensorBoard's queue, it could leave the writer's thread asleep and the run hung at exit (the Ctrl-C test
-    above hung 1 time in 14 so, on dqn_torchcompile). Here the signal is sent from inside the write itself."""
-    import signal
-
-    from torch.utils.tensorboard.writer import FileWriter
-
-    from leanrl_utils.events import read_run
-
-    if script.endswith("_jax"):
-        pytest.importorskip("jax")
-    module = load_script(script)
-    monkeypatch.chdir(tmp_path)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
-    add_summary, calls = FileWriter.add_summary, []
-
-    def interrupted(self, *args, **kwargs):
-        calls.append(True)
-        signal.raise_signal(signal.SIGINT)
-        return add_summary(self, *args, **kwargs)
-    try:
-        writer = module.make_writer(module.Args(), "run", 0.0)
-        monkeypatch.setattr(FileWriter, "add_summary", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            writer.add_scalar("charts/written", 1.0, 7)
-        monkeypatch.setattr(FileWriter, "add_summary", add_summary)
-        writer.close()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    assert calls, "the write never reached the file writer"
-    written = read_run(tmp_path / "runs" / "run").scalars.get("charts/written", [])
-    assert [(step, value) for step, _, value in written] == [(7, 1.0)], written
-
-
 @pytest.mark.parametrize("script", ["sac_continuous_action_torchcompile", "td3_continuous_action_torchcompile"])
 def test_ctrl_c_inside_a_to_module_context(script, tmp_path):
-    # tensordict's `to_module` context turns a KeyboardInterrupt raised in its body into a RuntimeError
-    # on exit; a SIGINT lands there at random (it once failed CI), so this test puts it there on purpose
+    # tensordict's `to_module` context, which these scripts' critics run in, turns a KeyboardInterrupt raised in
+    # its body into a RuntimeError on exit; a SIGINT lands there at random (it once failed CI), so this test puts
+    # it there on purpose: the harness still ends the run as a Ctrl-C
     run = ctrl_c_inside("batched_qf", script, *SPECS[script].short, cwd=tmp_path)
     assert run.returncode == 130, run.stderr[-3000:]
     assert "Traceback" not in run.stderr and "interrupted" in run.stderr
@@ -190,6 +133,45 @@ def test_no_placeholder_is_left_in_a_script(script):
     assert not re.findall(r"\b[A-Z]{3,}_NOTE\b|\bTODO\b|\bFIXME\b|\bXXX\b", text)
 
 
+# What a script of leanrl/ leaves to the harness (leanrl_utils/harness.py), found by its marks: the plumbing's own
+# imports and calls, and its functions defined again.
+PLUMBING = re.compile(r"^\s*(import (tqdm|tyro|atexit|signal|warnings|logging|importlib)\b|from torch.utils.tensorboard import"
+                      r"|def (fail|parse_args|pick_threads|pick_device|use_device|make_writer|diverged|stop_if_diverged"
+                      r"|ctrl_c_held|run)\(|class Speed\b)|sys\.stderr|warnings\.filterwarnings|logging\.getLogger"
+                      r"|torch\._inductor\.config\.fallback_random", re.M)
+
+
+@pytest.mark.parametrize("script", CHECKED)
+def test_no_plumbing_is_left_in_a_script(script):
+    """A script holds its algorithm; the contract's plumbing (flags, errors, threads, devices, logging, progress,
+    warnings and log levels) is the harness's, called, never written again (CONTRIBUTING.md)."""
+    from helpers import SCRIPT_DIR
+
+    text = (SCRIPT_DIR / f"{script}.py").read_text()
+    assert [m.group(0).strip() for m in PLUMBING.finditer(text)] == []
+    assert text.rstrip().endswith("harness.run(main, Args, check_args)"), "the entry point is harness.run"
+
+
+# The scripts' lengths (wc -l), kept near the references' for the same algorithm (issue 52): eager scripts within
+# 15% of CleanRL's script, optimized twins within 35% of LeanRL's where LeanRL has one (theirs take Adam and the
+# replay buffer from libraries; ours write them out).
+MOST_LINES = {
+    "sac_continuous_action": 373, "sac_continuous_action_torchcompile": 504,
+    "td3_continuous_action": 365, "td3_continuous_action_torchcompile": 466,
+    "ppo_continuous_action": 406, "ppo_continuous_action_torchcompile": 544,
+    "ppo_atari_envpool": 396, "ppo_atari_envpool_torchcompile": 579,
+    "dqn": 285, "dqn_torchcompile": 366, "dqn_atari_envpool": 312,
+}
+
+
+@pytest.mark.parametrize("script", sorted(MOST_LINES))
+def test_a_script_stays_near_its_reference_s_length(script):
+    from helpers import SCRIPT_DIR
+
+    lines = len((SCRIPT_DIR / f"{script}.py").read_text().splitlines())
+    assert lines <= MOST_LINES[script], f"{script}.py: {lines} lines, {MOST_LINES[script]} at most"
+
+
 def test_every_script_has_a_spec():
     from helpers import SCRIPT_DIR
 
@@ -229,7 +211,7 @@ def test_networks_are_built_on_the_cpu_and_moved(script, monkeypatch, tmp_path):
 
     def stop(*args, **kwargs):
         raise _NetworksBuilt
-    monkeypatch.setattr(module, "make_writer", stop)
+    monkeypatch.setattr(harness, "make_writer", stop)
     monkeypatch.chdir(tmp_path)
     args = SPECS[script].short
     with pytest.raises(_NetworksBuilt):
@@ -241,27 +223,27 @@ def test_networks_are_built_on_the_cpu_and_moved(script, monkeypatch, tmp_path):
     assert {device for _, _, device in built} <= {"cpu", "meta"}, built
 
 
-# Hunks of a pair's diff that carry no comment and need none, each with its reason (keep it short).
-UNCOMMENTED_HUNKS: dict[tuple[str, str], str] = {
-    ("ppo_atari_envpool_torchcompile", "return self.critic(self.network(self.frames(x)))"):
-        "calls frames() just above, whose comment says why",
-    ("ppo_atari_envpool_multigpu_torchcompile", "return self.critic(self.network(self.frames(x)))"):
-        "calls frames() just above, whose comment says why",
-    ("ppo_atari_envpool_torchcompile", "obs[step] = next_obs"):
-        "the rollout's writes move into the one loop after the acting step, commented there",
-    ("ppo_atari_envpool_multigpu_torchcompile", "obs[step] = next_obs"):
-        "the rollout's writes move into the one loop after the acting step, commented there",
-    ("dqn_torchcompile", "# optimize the model"): "the optimizer step moves into update(), commented there",
-    ("dqn_atari_envpool_torchcompile", "# optimize the model"): "as in dqn_torchcompile",
-}
+def prose(lines: list[str]) -> list[str]:
+    """Each line's prose: its comment, or its part of a string that spans lines (a docstring); '' for code."""
+    import io
+    import tokenize
+
+    text = [""] * len(lines)
+    for tok in tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline):
+        if tok.type == tokenize.COMMENT or (tok.type == tokenize.STRING and tok.start[0] != tok.end[0]) or \
+                (tok.type == tokenize.STRING and tok.string.startswith('"""')):
+            for row in range(tok.start[0], tok.end[0] + 1):
+                text[row - 1] += " " + lines[row - 1]
+    return text
 
 
-def unexplained_hunks(eager: str, optimized: str) -> list[str]:
-    """The hunks of `diff eager.py optimized.py` (no context) that say nothing about why they are there. A hunk
-    is explained by a comment on one of its new lines or in the paragraph just above it in the optimized file
-    (the non-blank lines up to the blank one before; a comment the eager script has too explains nothing), or
-    by being prose (the module docstring, which lists the optimizations), comments only, or imports only (they
-    follow from the code that uses them)."""
+def untagged_hunks(eager: str, optimized: str) -> list[str]:
+    """The hunks of `diff eager.py optimized.py` (no context) that are not tagged as one of the optimized script's
+    optimizations: each hunk needs a tag `[N]`, N an item of the numbered list in the optimized script's
+    docstring, in the prose (a comment, a docstring) of one of its new lines or of the paragraph just above it
+    in the optimized file (the non-blank lines up to the blank one before, prose the eager script lacks). Only
+    the module docstring, imports and the two flags (`compile`, `cudagraphs`) need no tag. Also listed: items
+    of the docstring's list that no hunk carries."""
     import difflib
 
     from helpers import SCRIPT_DIR
@@ -273,37 +255,57 @@ def unexplained_hunks(eager: str, optimized: str) -> list[str]:
         quotes = [i for i, line in enumerate(lines) if '"""' in line]
         return quotes[1] + 1 if quotes[0] == 0 and len(quotes) > 1 else 0
 
-    def commented(line):
-        return "#" in line or '"""' in line
+    items = {int(m.group(1)) for line in new[:docstring_end(new)] if (m := re.match(r"\s*(\d+)\. ", line))}
+    flags = re.compile(r'\s*(compile|cudagraphs): bool = False$|\s*"""whether to use (torch.compile|CUDA graphs)')
+    new_prose, old_prose = prose(new), set(p for p in prose(old) if p)
+    found, used = [], set()
 
-    def is_import(line):
-        return not line.strip() or re.match(r"\s*(import \w|from [\w.]+ import )", line) is not None
+    def enclosing(j, changed):  # the prose the eager script lacks of the defs and classes around line j: their tags cover their body
+        indent = min((len(line) - len(line.lstrip()) for line in changed if line.strip()), default=0)
+        texts = []
+        for k in range(min(j, len(new)) - 1, -1, -1):
+            line = new[k]
+            if line.strip() and len(line) - len(line.lstrip()) < indent:
+                indent = len(line) - len(line.lstrip())
+                if re.match(r"\s*(def|class) ", line):
+                    end = k + 1  # the def's line, and its docstring if it has one
+                    if k + 1 < len(new) and new[k + 1].strip().startswith('"""'):
+                        end = k + 2
+                        if new[k + 1].count('"""') == 1:  # to the line that closes it
+                            end = next(m for m in range(k + 2, len(new)) if '"""' in new[m]) + 1
+                    texts += [t for t in new_prose[k:end] if t not in old_prose]
+        return texts
 
-    found, eager_lines = [], set(old)
+    if not items:
+        return [f"{optimized}.py: its docstring numbers no optimization (1., 2., ...)"]
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
         if tag == "equal" or (i2 <= docstring_end(old) and j2 <= docstring_end(new)):
             continue
         changed = old[i1:i2] + new[j1:j2]
-        if all(is_import(line) for line in changed) or all(line.strip()[:1] in ("", "#") for line in changed):
+        if all(not line.strip() or re.match(r"\s*(import \w|from [\w.]+ import )", line) or flags.match(line)
+               for line in changed):
             continue
         above, k = [], j1 - 1
         while k >= 0 and new[k].strip():
-            above.append(new[k])
+            if new_prose[k] not in old_prose:  # prose the eager script has too explains nothing
+                above.append(new_prose[k])
             k -= 1
-        # a comment above explains the change only if the eager script does not have it too
-        if any(commented(line) for line in new[j1:j2]) or any(commented(l) and l not in eager_lines for l in above):
-            continue
+        tags = {int(n) for text in new_prose[j1:j2] + above + enclosing(j1, changed) for n in re.findall(r"\[(\d+)\]", text)}
         first = (new[j1:j2] or old[i1:i2])[0].strip()
-        if (optimized, first) not in UNCOMMENTED_HUNKS:
-            found.append(f"{optimized}.py:{j1 + 1} ({tag}) {first}")
-    return found
+        if not tags:
+            found.append(f"{optimized}.py:{j1 + 1} ({tag}) untagged: {first}")
+        elif tags - items:
+            found.append(f"{optimized}.py:{j1 + 1} ({tag}) tagged {sorted(tags - items)}, not in the docstring's list")
+        used |= tags
+    return found + [f"{optimized}.py: optimization {n} of the docstring tags no hunk" for n in sorted(items - used)]
 
 
 @pytest.mark.parametrize("eager", [s for s in CHECKED if f"{s}_torchcompile" in CHECKED])
-def test_every_hunk_of_a_pair_s_diff_says_why(eager):
-    """`diff -u X.py X_torchcompile.py` reads as a lesson (the contract): every changed piece of the optimized
-    script has its comment, or is one of the few listed above with the reason it needs none."""
-    assert unexplained_hunks(eager, f"{eager}_torchcompile") == []
+def test_every_hunk_of_a_pair_s_diff_is_a_tagged_optimization(eager):
+    """`diff -u X.py X_torchcompile.py` reads as a lesson (the contract): it holds the optimizations and the two
+    flags only, every hunk tagged with the number of its optimization in the optimized script's docstring, and
+    every optimization of that list shows in the diff."""
+    assert untagged_hunks(eager, f"{eager}_torchcompile") == []
 
 
 # Runs an optimized script's main() with --compile --cudagraphs on the CPU (where CudaGraphModule calls its
@@ -448,26 +450,3 @@ def test_the_gpu_comparison_catches_frozen_inputs(pair, tmp_path):
                           cwd=frozen_dir, env=ENV, capture_output=True, text=True, timeout=900)
     frozen = Run(proc.returncode, proc.stdout, proc.stderr, frozen_dir).check()
     assert log_differences(frozen, reference, tags, upto_step=upto, **TOL), "frozen inputs went unnoticed"
-
-
-def test_the_jax_twins_pick_their_device_one_way(monkeypatch):
-    """The six JAX twins share one `use_device`: --torch-deterministic adds XLA's deterministic GPU kernels to
-    XLA_FLAGS once, after what the user set there, and leaves a value the user gave for that flag alone."""
-    pytest.importorskip("jax")
-    import inspect
-    import os
-
-    twins = [s for s in CHECKED if s.endswith("_jax")]
-    sources = {inspect.getsource(load_script(s).use_device) for s in twins}
-    assert len(twins) == 6 and len(sources) == 1, f"{len(sources)} versions of use_device in {twins}"
-    module = load_script(twins[0])
-    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
-    module.use_device(module.Args())
-    module.use_device(module.Args())
-    assert os.environ["XLA_FLAGS"] == "--xla_cpu_enable_fast_math=false --xla_gpu_deterministic_ops=true"
-    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_deterministic_ops=false")
-    module.use_device(module.Args())
-    assert os.environ["XLA_FLAGS"] == "--xla_gpu_deterministic_ops=false"
-    monkeypatch.delenv("XLA_FLAGS")
-    module.use_device(module.Args(torch_deterministic=False))
-    assert "XLA_FLAGS" not in os.environ
