@@ -172,6 +172,14 @@ def test_a_script_stays_near_its_reference_s_length(script):
     assert lines <= MOST_LINES[script], f"{script}.py: {lines} lines, {MOST_LINES[script]} at most"
 
 
+def test_the_readme_stays_short():
+    """The README is the quick start and the map: under 250 lines; the long rules live in docs/ (issue 52)."""
+    from helpers import REPO
+
+    lines = len((REPO / "README.md").read_text().splitlines())
+    assert lines < 250, f"README.md: {lines} lines"
+
+
 def test_every_script_has_a_spec():
     from helpers import SCRIPT_DIR
 
