@@ -225,6 +225,8 @@ def main(args: Args) -> None:
     # env setup
     envs = make_envs(args, run_name)
 
+    # the network is built on the CPU and moved: the same initial weights, drawn from the CPU generator, on
+    # any device
     agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
