@@ -25,11 +25,13 @@ does differently, and why:
   and Adam is optax's `scale_by_adam` with torch's eps (1e-5 here), times the
   learning rate;
 - the training statistics are fetched once per iteration, when they are logged;
+- `--save-model` converts the flax params into the eager script's torch `state_dict`, so that
+  the checkpoint loads as the eager script's (`leanrl_utils/evals.py`'s `load_policy`), and plays the
+  trained policy in JAX;
 - shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic`
-  as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), the
-  checkpoint played on the device the eager script would train on, and a train state that is a plain
-  `NamedTuple` of params and optax states (flax's `TrainState` would add an `apply_fn` that the
-  jitted functions, which close over their networks, never call).
+  as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a
+  train state that is a plain `NamedTuple` of params and optax states (flax's `TrainState` would add
+  an `apply_fn` that the jitted functions, which close over their networks, never call).
 
 gymnasium 1.x vector environments reset a finished episode on the *next* step by
 default; this script, as the eager one, asks for same-step autoreset, so that the
@@ -42,13 +44,8 @@ What these choices measure on a CPU: docs/speed.md and docs/limits.md.
     python leanrl/ppo_continuous_action_jax.py --env-id HalfCheetah-v4
 """
 
-import atexit
-import importlib.util
-import math
 import os
 import random
-import signal
-import sys
 import time
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -60,10 +57,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import torch  # for the SummaryWriter and the checkpoint, as CleanRL's JAX scripts
-import tqdm
-import tyro
-from torch.utils.tensorboard import SummaryWriter
+import torch  # for the checkpoint only: the eager script's state_dict, saved with torch.save
+from leanrl_utils import evals, harness  # the contract's plumbing (flags, errors, device, logging), playing a policy
 
 
 @dataclass
@@ -125,7 +120,7 @@ class Args:
     target_kl: float | None = None
     """the target KL divergence threshold"""
     measure_after: int = 1
-    """iterations left out of the fps window (the warm-up: compilation, CUDA-graph capture)"""
+    """iterations left out of the fps window (the warm-up: jit compilation)"""
 
     # to be filled in runtime
     batch_size: int = 0
@@ -136,6 +131,23 @@ class Args:
     """the number of iterations (computed in runtime)"""
 
 
+def check_args(args: Args) -> None:
+    """This script's ranges, checked before any work (the harness refuses non-finite numbers and bad seeds)."""
+    harness.check_ranges(args, positive=["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches",
+                                         "update_epochs", "eval_episodes"],
+                         non_negative=["clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "measure_after"],
+                         unit=["gamma", "gae_lambda"])
+    if args.target_kl is not None and args.target_kl < 0:
+        harness.fail(f"--target-kl must be >= 0 (or left unset), got {args.target_kl}")
+    batch = args.num_envs * args.num_steps
+    if batch % args.num_minibatches != 0:
+        harness.fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch "
+                     f"(--num-envs x --num-steps = {batch})")
+    if args.total_timesteps < batch:
+        harness.fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch "
+                     f"(--num-envs x --num-steps = {batch})")
+
+
 def make_env(env_id, idx, capture_video, run_name, gamma):
     def thunk():
         if capture_video and idx == 0:
@@ -144,7 +156,8 @@ def make_env(env_id, idx, capture_video, run_name, gamma):
         else:
             env = gym.make(env_id)
         if not isinstance(env.action_space, gym.spaces.Box):
-            fail(f"--env-id {env_id!r}: this PPO needs a continuous (Box) action space, got {env.action_space}")
+            harness.fail(f"--env-id {env_id!r}: this PPO needs a continuous (Box) action space, "
+                         f"got {env.action_space}")
         env = gym.wrappers.FlattenObservation(env)  # deal with dm_control's Dict observation space
         env = gym.wrappers.RecordEpisodeStatistics(env)
         env = gym.wrappers.ClipAction(env)
@@ -167,7 +180,7 @@ def make_envs(args: Args, run_name: str, num_envs: int | None = None) -> gym.vec
             autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
         )
     except gym.error.Error as e:
-        fail(f"--env-id {args.env_id!r}: {e}")
+        harness.fail(f"--env-id {args.env_id!r}: {e}")
     return envs
 
 
@@ -370,8 +383,6 @@ def make_functions(args: Args, agent: Agent, optimizer: optax.GradientTransforma
 
 
 def main(args: Args) -> None:
-    started = time.time()  # the run's start, logged as charts/start (see make_writer)
-    check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
@@ -380,7 +391,7 @@ def main(args: Args) -> None:
     # TRY NOT TO MODIFY: seeding (JAX's PRNG key; the environments as the eager script)
     random.seed(args.seed)
     np.random.seed(args.seed)
-    use_device(args)  # before any array is made: JAX picks its backend at the first one
+    harness.use_jax_device(args)  # before any array is made: JAX picks its backend at the first one
     key = jax.random.key(args.seed)
     key, agent_key = jax.random.split(key)
 
@@ -403,12 +414,11 @@ def main(args: Args) -> None:
                       values=jnp.zeros((args.num_steps, args.num_envs)))
     rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
 
-    writer = make_writer(args, run_name, started)
+    writer = harness.make_writer(args, run_name)
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it (here the jit
-    # compilation of `act` and `update`) is logged apart
-    # the first calls compile (jax.jit): a line above the progress bar says so, and how long it took
-    speed = Speed(writer, start_step=0, warmup_steps=args.measure_after * args.batch_size,
-                  busy="compiling (jax.jit)")
+    # compilation of `act` and `update`, which a line above the progress bar announces) is logged apart
+    progress = harness.Progress(args, writer, args.num_iterations * args.batch_size, 0,
+                                args.measure_after * args.batch_size, busy="compiling (jax.jit)")
     episodic_return = float("nan")
 
     # TRY NOT TO MODIFY: start the game
@@ -416,10 +426,9 @@ def main(args: Args) -> None:
     next_obs, _ = envs.reset(seed=args.seed)
     next_obs = np.asarray(next_obs, dtype=np.float32)
     next_done = np.zeros(args.num_envs, dtype=np.float32)
-    pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step")
 
     for iteration in range(1, args.num_iterations + 1):
-        speed.tick(global_step)
+        progress.tick(global_step)
         # Annealing the rate if instructed to do so.
         lrnow = args.learning_rate
         if args.anneal_lr:
@@ -449,7 +458,7 @@ def main(args: Args) -> None:
                     episodic_return = float(stats["r"][i])
                     writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                     writer.add_scalar("charts/episodic_length", int(stats["l"][i]), global_step)
-            pbar.update(args.num_envs)
+            progress.update(args.num_envs)
 
         # bootstrap value, GAE and the whole update: one call (the rewards travel to the device once)
         state, logged, key = update(state, rollout, rewards, next_obs, next_done, lrnow, key)
@@ -466,17 +475,10 @@ def main(args: Args) -> None:
         writer.add_scalar("losses/approx_kl", logged["approx_kl"].item(), global_step)
         writer.add_scalar("losses/clipfrac", logged["clipfrac"].item(), global_step)
         writer.add_scalar("losses/explained_variance", logged["explained_variance"].item(), global_step)
-        if (sps := speed.log(global_step)) is not None:
-            pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+        progress.log(global_step, episodic_return)
 
     if args.save_model:
-        # serves --save-model only, from the project's package (pip install -e .): imported here, so that this
-        # file alone still trains
-        from leanrl_utils.evals import evaluate
-
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
-        # played in torch (leanrl_utils/evals.py) on the device the eager script would train on
-        torch_device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
         # the eager script's checkpoint: its Agent's state_dict, and the observation normalizer's
         # statistics beside it (they belong to the policy)
         rms = envs.envs[0].get_wrapper_attr("obs_rms")
@@ -484,198 +486,17 @@ def main(args: Args) -> None:
         torch.save({"algo": "ppo_continuous", "args": asdict(args), "agent": to_torch_state_dict(state.params),
                     "obs_rms": obs_rms}, model_path)
         print(f"model saved to {model_path}")
-        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, torch_device)):
+
+        # played in one environment (without video) under the training statistics, frozen
+        eval_envs = make_envs(Args(env_id=args.env_id, gamma=args.gamma), "", num_envs=1)
+        evals.freeze_normalization(eval_envs, obs_rms)
+        mean_action = jax.jit(lambda params, obs: agent.apply(params, obs)[0])  # one program per step
+
+        def act(obs):  # the Gaussian policy's mean action: the trained policy without its exploration noise
+            return np.asarray(mean_action(state.params, np.asarray(obs, dtype=np.float32)))
+        for idx, episodic_return in enumerate(evals.play(eval_envs, act, args.eval_episodes, args.seed)):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 
-# The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
-def check_args(args: Args) -> None:
-    # a flag given as nan or inf would pass every comparison below: refused first
-    for name, value in vars(args).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
-    if args.save_model and importlib.util.find_spec("leanrl_utils") is None:  # before hours of training
-        fail("--save-model plays the saved policy back with the project's leanrl_utils, which is not installed: "
-             "pip install -e . from the repository (or leave the flag out)")
-    positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
-                "eval_episodes"]
-    for name in positive + ["clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "measure_after"]:
-        value = getattr(args, name)
-        if value < 0 or (value == 0 and name in positive):
-            fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
-    for name in ("gamma", "gae_lambda"):  # discounts: each named alone when it is out of range
-        if not 0.0 <= getattr(args, name) <= 1.0:
-            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
-    if args.target_kl is not None and args.target_kl < 0:
-        fail(f"--target-kl must be >= 0 (or left unset), got {args.target_kl}")
-    batch = args.num_envs * args.num_steps
-    if batch % args.num_minibatches != 0:
-        fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
-    if args.total_timesteps < batch:
-        fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch (--num-envs x --num-steps = {batch})")
-
-
-def use_device(args: Args) -> None:
-    """--cuda off: the CPU even where JAX has a GPU; --torch-deterministic: XLA's deterministic GPU kernels,
-    unless XLA_FLAGS already sets that flag (the user's value wins). Both are read when JAX starts its
-    backend, at the first array: call this before any. The CPU's kernels are deterministic anyway.
-    Where --cuda asked for a GPU and JAX has none, one line says so."""
-    if not args.cuda:
-        jax.config.update("jax_platforms", "cpu")
-    if args.torch_deterministic and "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
-    if args.cuda and jax.default_backend() == "cpu":  # starts the backend, once the settings above are made
-        print(f"{os.path.basename(sys.argv[0])}: --cuda: JAX {jax.__version__} has no usable GPU here (a CPU-only "
-              "jaxlib, or no visible GPU); running on the CPU", file=sys.stderr)
-
-
-def fail(message: str) -> None:
-    """A user's mistake: one line on stderr, exit code 2, no stack trace."""
-    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:
-    """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
-    if args.track:
-        import wandb
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=vars(args), name=run_name, save_code=True)
-        atexit.register(wandb.finish)
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_scalar = ctrl_c_held(writer.add_scalar)  # a Ctrl-C waits for the write in progress
-    writer.add_scalar = stop_if_diverged(writer.add_scalar, args)  # a NaN loss stops the run
-    # one point whose wall time is the run's start: time to a given return counts from it, set-up and
-    # compilation before the first logged value included
-    writer.add_scalar("charts/start", 0, 0, walltime=started)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
-    atexit.register(writer.close)  # registered last, runs first: before wandb.finish
-    return writer
-
-
-def diverged(what: str, args: Args, step: int | None = None) -> None:
-    """Training diverged: every update after a NaN is NaN too, so the run stops. One line names the step, what is
-    not a finite number and the learning rates; exit code 3; what was logged is kept (the writer closes at exit)."""
-    for bar in list(getattr(tqdm.tqdm, "_instances", ())):
-        bar.close()  # the progress bar's line ends before the message's
-    rates = ", ".join(f"--{name.replace('_', '-')} {value:g}" for name, value in vars(args).items()
-                      if isinstance(value, float) and (name.endswith("_lr") or name == "learning_rate"))
-    print(f"{os.path.basename(sys.argv[0])}: error: step {step}: {what}: training diverged; a smaller learning rate "
-          f"({rates}) may help", file=sys.stderr)
-    sys.exit(3)
-
-
-def stop_if_diverged(write, args: Args):
-    """`write` (the writer's add_scalar) that stops the run (`diverged`) once a loss it logs is not a finite
-    number, after writing it."""
-
-    def checked(tag, value, step=None, *more, **kwargs):
-        written = write(tag, value, step, *more, **kwargs)
-        if tag.startswith("losses/") and not math.isfinite(float(value)):
-            diverged(f"{tag} is {float(value)}", args, step)
-        return written
-    return checked
-
-
-def ctrl_c_held(write):
-    """`write` with a Ctrl-C held until it returns, then raised again: a KeyboardInterrupt raised inside the
-    locks of TensorBoard's queue can leave its writer thread asleep, and the run hung at exit (writer.close)."""
-
-    def held(*args, **kwargs):
-        caught = []
-        previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
-        try:
-            return write(*args, **kwargs)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            if caught:
-                signal.raise_signal(signal.SIGINT)
-    return held
-
-
-class Speed:
-    """`charts/SPS` over a window that starts `warmup_steps` after `start_step`, once the warm-up
-    (here the jit compilation) is over; `charts/warmup_time` is the time before it. With `busy` (what the
-    warm-up does), a line says so when it starts and how long it took when it ends."""
-
-    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int, busy: str | None = None):
-        self.writer, self.steps, self.times, self.busy = writer, (start_step, start_step + warmup_steps), {}, busy
-
-    def tick(self, step: int) -> None:
-        if step in self.steps:
-            self.times[step] = time.perf_counter()
-            if step == self.steps[0] and self.busy:  # a line above the progress bar, which stalls meanwhile
-                tqdm.tqdm.write(f"warm-up: {self.busy}; fps are counted after it", file=sys.stderr)
-            if step == self.steps[1]:
-                warmup = self.times[step] - self.times[self.steps[0]]
-                self.writer.add_scalar("charts/warmup_time", warmup, step)
-                if self.busy:
-                    tqdm.tqdm.write(f"warm-up done in {warmup:.1f} s", file=sys.stderr)
-
-    def log(self, step: int) -> float | None:
-        if step <= self.steps[1] or self.steps[1] not in self.times:
-            return None
-        sps = (step - self.steps[1]) / (time.perf_counter() - self.times[self.steps[1]])
-        self.writer.add_scalar("charts/SPS", sps, step)
-        return sps
-
-
-def parse_args(argv: list[str] | None = None) -> Args:
-    """tyro's command line, where a mistake stops in one line: an unknown flag names the nearest real ones (by
-    name, or by the words of their help: --learning-rate finds the flags whose help says "learning rate"), and a
-    value tyro cannot read is named in tyro's own words, without its box. --help is tyro's."""
-    import contextlib
-    import difflib
-    import inspect
-    import io
-    import itertools
-    import re
-
-    drawn = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(drawn):  # tyro draws an error in a box: its first lines are kept
-            args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True)
-    except SystemExit as err:
-        if not err.code:  # --help
-            raise
-        lines = [line.strip("│╭╮╰╯ ") for line in drawn.getvalue().splitlines()[1:]]
-        said = " ".join(line for line in itertools.takewhile(lambda line: not line.startswith("─"), lines) if line)
-        fail(said or "the command line cannot be read; --help lists the flags")
-    if unknown:
-        flag = unknown[0].split("=")[0]
-        if not flag.startswith("-"):
-            fail(f"{flag!r} is neither a flag nor a flag's value; --help lists the flags")
-        helps = {"--" + name.replace("_", "-"): text.lower().split()
-                 for name, text in re.findall(r'^    (\w+):.*\n    """(.*?)"""', inspect.getsource(Args), flags=re.M)}
-        near = [name for name, words in helps.items() if all(w in words for w in flag.lstrip("-").split("-"))]
-        near += [name for name in difflib.get_close_matches(flag, helps, n=3, cutoff=0.75) if name not in near]
-        near = near[:3]
-        fail(f"{flag}: no such flag" + (f"; did you mean {', '.join(near[:-1]) + ' or ' * (len(near) > 1) + near[-1]}?"
-                                        if near else "; --help lists the flags"))
-    return args
-
-
-def run(argv: list[str] | None = None) -> None:
-    """What `python leanrl/<this file>.py` does: read the command line, train, and end a run that diverged or
-    was interrupted in one line."""
-    cli = parse_args(argv)
-    try:
-        main(cli)
-    except ValueError as err:
-        # torch.distributions refuses parameters that are not finite numbers: training diverged before a
-        # logged loss could show it
-        if "found invalid values" not in str(err):
-            raise
-        import traceback
-
-        steps = [frame.f_locals["global_step"] for frame, _ in traceback.walk_tb(err.__traceback__)
-                 if "global_step" in frame.f_locals]  # main()'s step when the error was raised
-        diverged("a distribution's parameters are not finite numbers", cli, steps[-1] if steps else None)
-    except KeyboardInterrupt:
-        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
-        sys.exit(130)
-
-
 if __name__ == "__main__":
-    run()
+    harness.run(main, Args, check_args)
