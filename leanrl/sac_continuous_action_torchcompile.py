@@ -395,8 +395,8 @@ def main(args: Args) -> None:
     if args.compile:  # [7]
         if device.type == "cpu":
             # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated
-            # Python function, which cuts the fixed cost of each call of these small programs (on a GPU
-            # the graphs replay as CUDA graphs instead)
+            # Python function, which cuts the fixed cost of each call of these small programs (on a GPU,
+            # --cudagraphs replays them as CUDA graphs instead)
             torch._inductor.config.cpp_wrapper = True
         # trace torch.autograd.grad into the compiled graph: forward, backward and the Adam steps of the
         # whole update become one program, with no graph break and one guard check per update
