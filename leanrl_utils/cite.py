@@ -100,8 +100,9 @@ def markdown_value(source: tuple[list, list], segments: list[str]) -> float:
     (cells, lines), found = source, []
     options = [(segments, 0)] + ([(segments[:-1], int(segments[-1]))] if segments[-1].isdigit() else [])
     for (*head, last), n in (o for o in options if o[0]):
+        # the row by its first cells, or by the table's heading and then its first cells
         found += [numbers(cell)[n:n + 1] for heading, row, names, cell in cells if last in names and (
-            head and row[:len(head)] == head or len(head) > 1 and head[0] == heading and row[:len(head) - 1] == head[1:])]
+            head and row[:len(head)] == head or head[:1] == [heading] and head[1:] and row[:len(head) - 1] == head[1:])]
         found += [numbers(line, line.index(last) + len(last))[n:n + 1] for heading, line in lines
                   if head in ([], [heading]) and last in line]
     if len(found) != 1:
@@ -179,7 +180,7 @@ def bare(text: str) -> list[tuple[int, str]]:
     for m in re.finditer(r"\d[\d,]*(?:\.\d+)?", text):
         number = m.group().rstrip(",")
         before, after = text[max(m.start() - 2, 0):m.start()].rjust(2), text[m.start() + len(number):]
-        if before[1].isalnum() or before[1] in "._#'’/\\" or before[1] == "-" and (before[0].isalnum() or before[0] in "_-"):
+        if before[1].isalnum() or before[1] in "._#'’/\\" or re.fullmatch(r"[\w-]-", before):
             continue  # glued to a word or a path: a name or a code
         after = after[1:] if re.match(r"[kKM](?![A-Za-z\d])", after) else after
         if re.match(r"[A-Za-z\d]|\.\d|,\d", after) and not GLUED_UNIT.match(after):
