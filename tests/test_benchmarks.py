@@ -182,17 +182,18 @@ def test_sps_verdict_follows_the_tie_rule():
 def test_one_name_per_study():
     """A study X is benchmarks/X.py (or X.sh, or X_<part>.py for a study in parts), its outputs in docs/X/ and
     its page docs/X.md: every page has its folder and every folder its page (but quoted.md, which measures
-    nothing, and learning, which run.sh writes), and every benchmark belongs to a page (but the shared ones)."""
+    nothing, rules.md, which gathers the studies' rules, and learning, which run.sh writes), and every benchmark
+    belongs to a page (but the shared ones)."""
     docs = REPO / "docs"
     pages = {p.stem for p in docs.glob("*.md")}
     folders = {p.name for p in docs.iterdir() if p.is_dir()}
     assert folders - pages == set(), "an output folder with no page of its name"
-    assert pages - folders == {"quoted"}, "a page with no output folder of its name"
+    assert pages - folders == {"quoted", "rules"}, "a page with no output folder of its name"
     shared = {"__init__", "common", "sps"}
     studies = {p.stem for p in (REPO / "benchmarks").glob("*.py")} | {p.stem for p in (REPO / "benchmarks").glob("*.sh")}
     orphans = {s for s in studies - shared if s not in pages and not any(s.startswith(f"{p}_") for p in pages)}
     assert orphans == set(), "a benchmark whose name is no page's"
-    assert all(any(s == p or s.startswith(f"{p}_") for s in studies) for p in pages - {"quoted", "learning"})
+    assert all(any(s == p or s.startswith(f"{p}_") for s in studies) for p in pages - {"quoted", "rules", "learning"})
 
 
 def test_gpu_sitting_parts_dry_run_on_the_cpu(tmp_path, monkeypatch):

@@ -1,15 +1,17 @@
-"""benchmarks/limits.py's split, without py-spy: a sample's frames go to the category of what the script's
-main() was doing, read from the script's own lines. Checked on every single-process script (eager,
-optimized, JAX): the line that steps the environments is environment time, the lines that log losses are
-logging, the eager scripts' backward passes are update time; frames inside a library decide first."""
+"""benchmarks/limits.py's split: a sample's frames go to the category of what the script's main() was doing,
+read from the script's own lines. Checked on every single-process script (eager, optimized, JAX): the line that
+steps the environments is environment time, the lines that log losses are logging, the eager scripts' backward
+passes are update time; frames inside a library decide first. And, where py-spy is installed (the studies'
+requirements-benchmarks.txt, which CI installs), one short run sampled from outside as the study samples it."""
 
 import re
+import shutil
 
 import pytest
 import torch
 from helpers import REPO, SCRIPT_DIR
 
-from benchmarks.limits import CATEGORIES, Main, classify
+from benchmarks.limits import CATEGORIES, Main, classify, profile
 from leanrl_utils.scripts import PAIRS
 
 SCRIPTS = [name for eager in PAIRS.values() for name in (eager, f"{eager}_torchcompile", f"{eager}_jax")
@@ -191,3 +193,16 @@ def test_the_split_is_a_grid_with_one_legend_and_no_bar_touching_the_frame(tmp_p
     for ax in shown:
         top = max(p.get_y() + p.get_height() for p in ax.patches)
         assert ax.get_ylim()[1] > 1.02 * top, ax.get_title()
+
+
+@pytest.mark.skipif(shutil.which("py-spy") is None,
+                    reason="py-spy: pip install -r requirements/requirements-benchmarks.txt")
+def test_a_run_is_sampled_from_outside_by_py_spy():
+    """DQN on CartPole, learning from step 500, sampled for 2 seconds once its warm-up is over, then stopped
+    with a Ctrl-C: its main thread's samples split into the categories, and the window's fps come from the
+    run's own charts/SPS points."""
+    result = profile("dqn", ["--env-id", "CartPole-v1", "--total-timesteps", "10000000", "--learning-starts", "500"],
+                     seconds=2, rate=100, timeout=120)
+    assert result["samples"] > 50 and sum(result["fractions"].values()) == pytest.approx(1)
+    assert result["fractions"]["environment"] > 0 and result["fractions"]["update"] > 0, result["fractions"]
+    assert result["fps"] > 0 and result["window_steps"] >= 200, result
