@@ -22,15 +22,10 @@ How it differs from CleanRL's `ppo_atari_envpool.py`:
     python leanrl/ppo_atari_envpool.py --env-id Breakout-v5
 """
 
-import atexit
-import importlib.util
-import math
 import os
 import random
-import signal
 import sys
 import time
-import warnings
 from dataclasses import asdict, dataclass
 
 import envpool
@@ -38,10 +33,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
-import tqdm
-import tyro
+from leanrl_utils import evals, harness  # the contract's plumbing (flags, errors, device, logging), playing a policy
 from torch.distributions.categorical import Categorical
-from torch.utils.tensorboard import SummaryWriter
 
 
 @dataclass
@@ -114,12 +107,27 @@ class Args:
     """the number of iterations (computed in runtime)"""
 
 
+def check_args(args: Args) -> None:
+    """This script's ranges, checked before any work (the harness refuses non-finite numbers and bad seeds)."""
+    harness.check_ranges(args, positive=["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches",
+                                         "update_epochs", "eval_episodes"],
+                         non_negative=["clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "measure_after"],
+                         unit=["gamma", "gae_lambda"])  # discounts: each named alone when it is out of range
+    if args.target_kl is not None and args.target_kl < 0:
+        harness.fail(f"--target-kl must be >= 0 (or left unset), got {args.target_kl}")
+    batch = args.num_envs * args.num_steps
+    if batch % args.num_minibatches != 0:
+        harness.fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
+    if args.total_timesteps < batch:
+        harness.fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch (--num-envs x --num-steps = {batch})")
+
+
 def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):
     """envpool's Atari vector env; a user's bad id stops here."""
     if args.env_id not in envpool.list_all_envs():
-        fail(f"--env-id {args.env_id!r}: envpool has no such environment (Atari ids look like Breakout-v5)")
+        harness.fail(f"--env-id {args.env_id!r}: envpool has no such environment (Atari ids look like Breakout-v5)")
     if type(envpool.make_spec(args.env_id)).__name__ != "AtariEnvSpec":
-        fail(f"--env-id {args.env_id!r}: not an Atari game (this script is for envpool's Atari ids, e.g. Breakout-v5)")
+        harness.fail(f"--env-id {args.env_id!r}: not an Atari game (this script is for envpool's Atari ids, e.g. Breakout-v5)")
     envs = envpool.make(
         args.env_id,
         env_type="gymnasium",
@@ -204,8 +212,6 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
 
 
 def main(args: Args) -> None:
-    started = time.time()  # the run's start, logged as charts/start (see make_writer)
-    check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
@@ -216,14 +222,14 @@ def main(args: Args) -> None:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    pick_threads()  # fewer CPU threads where other programs keep the cores busy
-    device = pick_device(args)  # CUDA when asked for and usable; otherwise the CPU, saying why
+    device = harness.pick_device(args)  # CUDA if asked for and usable, else the CPU (saying why); CPU threads
 
     # env setup
     envs = make_envs(args)
     if args.capture_video:
         print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
 
+    # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
     agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     episode_stats = EpisodeStats(args.num_envs)
@@ -236,9 +242,10 @@ def main(args: Args) -> None:
     dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
     values = torch.zeros((args.num_steps, args.num_envs)).to(device)
 
-    writer = make_writer(args, run_name, started)
+    writer = harness.make_writer(args, run_name)
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
-    speed = Speed(writer, start_step=0, warmup_steps=args.measure_after * args.batch_size)
+    progress = harness.Progress(args, writer, args.num_iterations * args.batch_size, 0,
+                                args.measure_after * args.batch_size)
     episodic_return = float("nan")
 
     # TRY NOT TO MODIFY: start the game
@@ -247,10 +254,8 @@ def main(args: Args) -> None:
     next_obs = torch.as_tensor(next_obs).to(device)
     next_done = torch.zeros(args.num_envs).to(device)
 
-    pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step")
-
     for iteration in range(1, args.num_iterations + 1):
-        speed.tick(global_step)
+        progress.tick(global_step)
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
@@ -278,7 +283,7 @@ def main(args: Args) -> None:
             for _, episodic_return, episodic_length in episode_stats.update(infos, terminations, truncations):
                 writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                 writer.add_scalar("charts/episodic_length", episodic_length, global_step)
-            pbar.update(args.num_envs)
+            progress.update(args.num_envs)
 
         # bootstrap value if not done
         with torch.no_grad():
@@ -370,235 +375,20 @@ def main(args: Args) -> None:
         writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
         writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        if (sps := speed.log(global_step)) is not None:
-            pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+        progress.log(global_step, episodic_return)
 
     if args.save_model:
-        # serves --save-model only, from the project's package (pip install -e .): imported here, so that this
-        # file alone still trains
-        from leanrl_utils.evals import evaluate
-
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         torch.save({"algo": "ppo_atari", "args": asdict(args), "agent": agent.state_dict()}, model_path)
         print(f"model saved to {model_path}")
-        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
+
+        def act(obs):  # the policy samples its action, as in training
+            return agent.get_action_and_value(torch.as_tensor(obs, device=device))[0].cpu().numpy()
+        # whole games (unclipped rewards), on one environment seeded with the run's seed
+        for idx, episodic_return in enumerate(evals.play(make_envs(args, num_envs=1), act, args.eval_episodes,
+                                                         args.seed, stats=EpisodeStats(1))):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 
-# The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
-def check_args(args: Args) -> None:
-    # a flag given as nan or inf would pass every comparison below: refused first
-    for name, value in vars(args).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
-    if args.save_model and importlib.util.find_spec("leanrl_utils") is None:  # before hours of training
-        fail("--save-model plays the saved policy back with the project's leanrl_utils, which is not installed: "
-             "pip install -e . from the repository (or leave the flag out)")
-    positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
-                "eval_episodes"]
-    for name in positive + ["clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "measure_after"]:
-        value = getattr(args, name)
-        if value < 0 or (value == 0 and name in positive):
-            fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
-    for name in ("gamma", "gae_lambda"):  # discounts: each named alone when it is out of range
-        if not 0.0 <= getattr(args, name) <= 1.0:
-            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
-    if args.target_kl is not None and args.target_kl < 0:
-        fail(f"--target-kl must be >= 0 (or left unset), got {args.target_kl}")
-    batch = args.num_envs * args.num_steps
-    if batch % args.num_minibatches != 0:
-        fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
-    if args.total_timesteps < batch:
-        fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch (--num-envs x --num-steps = {batch})")
-
-
-def fail(message: str) -> None:
-    """A user's mistake: one line on stderr, exit code 2, no stack trace."""
-    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-def pick_threads() -> None:
-    """torch's CPU threads: one per core (torch's default), cut to the cores that other programs leave free, at
-    least one. A parallel region waits for its slowest thread, and a thread whose core another program holds
-    waits for its turn, so on a busy machine fewer threads run faster (docs/speed_settings.md). The load is
-    read from /proc/stat (Linux) over a fifth of a second, before the run does any work; a user's
-    OMP_NUM_THREADS wins. The thread count can change the last digits of a run's numbers: a cut says so."""
-    if "OMP_NUM_THREADS" in os.environ or not os.path.exists("/proc/stat"):
-        return
-
-    def ticks():  # (all, idle + iowait) jiffies of every CPU since boot
-        with open("/proc/stat") as f:
-            cpu = [int(x) for x in f.readline().split()[1:]]
-        return sum(cpu), cpu[3] + cpu[4]
-
-    (total, idle), _, (total_after, idle_after) = ticks(), time.sleep(0.2), ticks()
-    busy = (1 - (idle_after - idle) / max(1, total_after - total)) * (os.cpu_count() or 1)  # CPUs others use
-    cores = torch.get_num_threads()
-    threads = max(1, min(cores, round(cores - busy)))
-    if threads < cores:
-        torch.set_num_threads(threads)
-        print(f"{os.path.basename(sys.argv[0])}: other programs keep {busy:.1f} of {os.cpu_count()} CPUs busy: torch "
-              f"runs on {threads} thread{'s' * (threads > 1)}, not {cores} (OMP_NUM_THREADS sets it)", file=sys.stderr)
-
-
-def pick_device(args: Args) -> torch.device:
-    """CUDA when --cuda (the default) asks for it and torch can use it; otherwise the CPU, and if CUDA was asked
-    for, one line that says why it is not used (a CPU build of torch, no visible GPU, a driver too old for this
-    build), so that a run meant for a GPU never runs on the CPU unnoticed."""
-    if args.cuda:
-        with warnings.catch_warnings(record=True) as caught:  # torch gives its reason as a warning (an old driver)
-            warnings.simplefilter("always")
-            if torch.cuda.is_available():
-                return torch.device("cuda")
-        reasons = [str(w.message).strip().splitlines()[0] for w in caught if "CUDA" in str(w.message)]
-        why = (f"torch {torch.__version__} is a CPU build" if torch.version.cuda is None
-               else reasons[0] if reasons else "no CUDA device is visible")
-        print(f"{os.path.basename(sys.argv[0])}: --cuda: {why}; running on the CPU", file=sys.stderr)
-    return torch.device("cpu")
-
-
-def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:
-    """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
-    if args.track:
-        import wandb
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=vars(args), name=run_name, save_code=True)
-        atexit.register(wandb.finish)
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_scalar = ctrl_c_held(writer.add_scalar)  # a Ctrl-C waits for the write in progress
-    writer.add_scalar = stop_if_diverged(writer.add_scalar, args)  # a NaN loss stops the run
-    # one point whose wall time is the run's start: time to a given return counts from it, set-up and
-    # compilation before the first logged value included
-    writer.add_scalar("charts/start", 0, 0, walltime=started)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
-    atexit.register(writer.close)  # registered last, runs first: before wandb.finish
-    return writer
-
-
-def diverged(what: str, args: Args, step: int | None = None) -> None:
-    """Training diverged: every update after a NaN is NaN too, so the run stops. One line names the step, what is
-    not a finite number and the learning rates; exit code 3; what was logged is kept (the writer closes at exit)."""
-    for bar in list(getattr(tqdm.tqdm, "_instances", ())):
-        bar.close()  # the progress bar's line ends before the message's
-    rates = ", ".join(f"--{name.replace('_', '-')} {value:g}" for name, value in vars(args).items()
-                      if isinstance(value, float) and (name.endswith("_lr") or name == "learning_rate"))
-    print(f"{os.path.basename(sys.argv[0])}: error: step {step}: {what}: training diverged; a smaller learning rate "
-          f"({rates}) may help", file=sys.stderr)
-    sys.exit(3)
-
-
-def stop_if_diverged(write, args: Args):
-    """`write` (the writer's add_scalar) that stops the run (`diverged`) once a loss it logs is not a finite
-    number, after writing it."""
-
-    def checked(tag, value, step=None, *more, **kwargs):
-        written = write(tag, value, step, *more, **kwargs)
-        if tag.startswith("losses/") and not math.isfinite(float(value)):
-            diverged(f"{tag} is {float(value)}", args, step)
-        return written
-    return checked
-
-
-def ctrl_c_held(write):
-    """`write` with a Ctrl-C held until it returns, then raised again: a KeyboardInterrupt raised inside the
-    locks of TensorBoard's queue can leave its writer thread asleep, and the run hung at exit (writer.close)."""
-
-    def held(*args, **kwargs):
-        caught = []
-        previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
-        try:
-            return write(*args, **kwargs)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            if caught:
-                signal.raise_signal(signal.SIGINT)
-    return held
-
-
-class Speed:
-    """`charts/SPS` over a window that starts `warmup_steps` after `start_step`, once the warm-up
-    (compilation, CUDA-graph capture) is over; `charts/warmup_time` is the time before it. With `busy` (what the
-    warm-up does), a line says so when it starts and how long it took when it ends."""
-
-    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int, busy: str | None = None):
-        self.writer, self.steps, self.times, self.busy = writer, (start_step, start_step + warmup_steps), {}, busy
-
-    def tick(self, step: int) -> None:
-        if step in self.steps:
-            self.times[step] = time.perf_counter()
-            if step == self.steps[0] and self.busy:  # a line above the progress bar, which stalls meanwhile
-                tqdm.tqdm.write(f"warm-up: {self.busy}; fps are counted after it", file=sys.stderr)
-            if step == self.steps[1]:
-                warmup = self.times[step] - self.times[self.steps[0]]
-                self.writer.add_scalar("charts/warmup_time", warmup, step)
-                if self.busy:
-                    tqdm.tqdm.write(f"warm-up done in {warmup:.1f} s", file=sys.stderr)
-
-    def log(self, step: int) -> float | None:
-        if step <= self.steps[1] or self.steps[1] not in self.times:
-            return None
-        sps = (step - self.steps[1]) / (time.perf_counter() - self.times[self.steps[1]])
-        self.writer.add_scalar("charts/SPS", sps, step)
-        return sps
-
-
-def parse_args(argv: list[str] | None = None) -> Args:
-    """tyro's command line, where a mistake stops in one line: an unknown flag names the nearest real ones (by
-    name, or by the words of their help: --learning-rate finds the flags whose help says "learning rate"), and a
-    value tyro cannot read is named in tyro's own words, without its box. --help is tyro's."""
-    import contextlib
-    import difflib
-    import inspect
-    import io
-    import itertools
-    import re
-
-    drawn = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(drawn):  # tyro draws an error in a box: its first lines are kept
-            args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True)
-    except SystemExit as err:
-        if not err.code:  # --help
-            raise
-        lines = [line.strip("│╭╮╰╯ ") for line in drawn.getvalue().splitlines()[1:]]
-        said = " ".join(line for line in itertools.takewhile(lambda line: not line.startswith("─"), lines) if line)
-        fail(said or "the command line cannot be read; --help lists the flags")
-    if unknown:
-        flag = unknown[0].split("=")[0]
-        if not flag.startswith("-"):
-            fail(f"{flag!r} is neither a flag nor a flag's value; --help lists the flags")
-        helps = {"--" + name.replace("_", "-"): text.lower().split()
-                 for name, text in re.findall(r'^    (\w+):.*\n    """(.*?)"""', inspect.getsource(Args), flags=re.M)}
-        near = [name for name, words in helps.items() if all(w in words for w in flag.lstrip("-").split("-"))]
-        near += [name for name in difflib.get_close_matches(flag, helps, n=3, cutoff=0.75) if name not in near]
-        near = near[:3]
-        fail(f"{flag}: no such flag" + (f"; did you mean {', '.join(near[:-1]) + ' or ' * (len(near) > 1) + near[-1]}?"
-                                        if near else "; --help lists the flags"))
-    return args
-
-
-def run(argv: list[str] | None = None) -> None:
-    """What `python leanrl/<this file>.py` does: read the command line, train, and end a run that diverged or
-    was interrupted in one line."""
-    cli = parse_args(argv)
-    try:
-        main(cli)
-    except ValueError as err:
-        # torch.distributions refuses parameters that are not finite numbers: training diverged before a
-        # logged loss could show it
-        if "found invalid values" not in str(err):
-            raise
-        import traceback
-
-        steps = [frame.f_locals["global_step"] for frame, _ in traceback.walk_tb(err.__traceback__)
-                 if "global_step" in frame.f_locals]  # main()'s step when the error was raised
-        diverged("a distribution's parameters are not finite numbers", cli, steps[-1] if steps else None)
-    except KeyboardInterrupt:
-        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
-        sys.exit(130)
-
-
 if __name__ == "__main__":
-    run()
+    harness.run(main, Args, check_args)

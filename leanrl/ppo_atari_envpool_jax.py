@@ -27,7 +27,8 @@ What it does differently, and why:
   transposed once, when they are acted on, and stored so. `--save-model` converts
   the weights to the eager script's layout (OIHW convolutions, and the first Dense
   layer's inputs reordered from the NHWC flatten to torch's NCHW one), so that its
-  `Agent` loads and plays them;
+  `Agent` loads them (`leanrl_utils/evals.py`'s `load_policy`); the trained policy
+  itself is played in JAX, sampling its actions from JAX's PRNG;
 - the learning rate is an argument of the update (annealed by the host as the
   eager script does): no recompilation when it changes;
 - `--target-kl` skips the epochs after the one that crossed it (`lax.cond`),
@@ -53,22 +54,17 @@ As in the eager script:
   and its sum restarts (CleanRL logs it never and carries its sum into the next
   game);
 - shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic`
-  as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), the
-  checkpoint played on the device the eager script would train on, and a train state that is a plain
-  `NamedTuple` of params and optax states (flax's `TrainState` would add an `apply_fn` that the
-  jitted functions, which close over their networks, never call).
+  as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a
+  train state that is a plain `NamedTuple` of params and optax states (flax's `TrainState` would
+  add an `apply_fn` that the jitted functions, which close over their networks, never call).
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 
     python leanrl/ppo_atari_envpool_jax.py --env-id Breakout-v5
 """
 
-import atexit
-import importlib.util
-import math
 import os
 import random
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -81,10 +77,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import torch  # for the SummaryWriter and the checkpoint, as CleanRL's JAX scripts
-import tqdm
-import tyro
-from torch.utils.tensorboard import SummaryWriter
+import torch  # for the checkpoint, as CleanRL's JAX scripts
+from leanrl_utils import evals, harness  # the contract's plumbing (flags, errors, device, logging), playing a policy
 
 
 @dataclass
@@ -146,7 +140,7 @@ class Args:
     target_kl: float | None = None
     """the target KL divergence threshold"""
     measure_after: int = 1
-    """iterations left out of the fps window (the warm-up: compilation, CUDA-graph capture)"""
+    """iterations left out of the fps window (the warm-up: jit compilation)"""
 
     # to be filled in runtime
     batch_size: int = 0
@@ -157,12 +151,27 @@ class Args:
     """the number of iterations (computed in runtime)"""
 
 
+def check_args(args: Args) -> None:
+    """This script's ranges, checked before any work (the harness refuses non-finite numbers and bad seeds)."""
+    harness.check_ranges(args, positive=["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches",
+                                         "update_epochs", "eval_episodes"],
+                         non_negative=["clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "measure_after"],
+                         unit=["gamma", "gae_lambda"])  # discounts: each named alone when it is out of range
+    if args.target_kl is not None and args.target_kl < 0:
+        harness.fail(f"--target-kl must be >= 0 (or left unset), got {args.target_kl}")
+    batch = args.num_envs * args.num_steps
+    if batch % args.num_minibatches != 0:
+        harness.fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
+    if args.total_timesteps < batch:
+        harness.fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch (--num-envs x --num-steps = {batch})")
+
+
 def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):
     """envpool's Atari vector env; a user's bad id stops here."""
     if args.env_id not in envpool.list_all_envs():
-        fail(f"--env-id {args.env_id!r}: envpool has no such environment (Atari ids look like Breakout-v5)")
+        harness.fail(f"--env-id {args.env_id!r}: envpool has no such environment (Atari ids look like Breakout-v5)")
     if type(envpool.make_spec(args.env_id)).__name__ != "AtariEnvSpec":
-        fail(f"--env-id {args.env_id!r}: not an Atari game (this script is for envpool's Atari ids, e.g. Breakout-v5)")
+        harness.fail(f"--env-id {args.env_id!r}: not an Atari game (this script is for envpool's Atari ids, e.g. Breakout-v5)")
     envs = envpool.make(
         args.env_id,
         env_type="gymnasium",
@@ -441,8 +450,6 @@ def make_functions(args: Args, agent: Agent, optimizer: optax.GradientTransforma
 
 
 def main(args: Args) -> None:
-    started = time.time()  # the run's start, logged as charts/start (see make_writer)
-    check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
@@ -451,7 +458,7 @@ def main(args: Args) -> None:
     # TRY NOT TO MODIFY: seeding (JAX's PRNG key; the environments as the eager script)
     random.seed(args.seed)
     np.random.seed(args.seed)
-    use_device(args)  # before any array is made: JAX picks its backend at the first one
+    harness.use_jax_device(args)  # before any array is made: JAX picks its backend at the first one
     key = jax.random.key(args.seed)
     key, agent_key = jax.random.split(key)
 
@@ -468,12 +475,11 @@ def main(args: Args) -> None:
     state = TrainState(params, optimizer.init(params))
     episode_stats = EpisodeStats(args.num_envs)
 
-    writer = make_writer(args, run_name, started)
-    # fps is measured from iteration `measure_after` + 1 on: the warm-up before it (here the jit
-    # compilation of `rollout` and `update`) is logged apart
-    # the first calls compile (jax.jit): a line above the progress bar says so, and how long it took
-    speed = Speed(writer, start_step=0, warmup_steps=args.measure_after * args.batch_size,
-                  busy="compiling (jax.jit)")
+    writer = harness.make_writer(args, run_name)
+    # fps is measured from iteration `measure_after` + 1 on: the warm-up before it (here the jit compilation
+    # of `rollout` and `update`, which a line above the progress bar announces) is logged apart
+    progress = harness.Progress(args, writer, args.num_iterations * args.batch_size, 0,
+                                args.measure_after * args.batch_size, busy="compiling (jax.jit)")
     episodic_return = float("nan")
 
     # TRY NOT TO MODIFY: start the game
@@ -485,10 +491,8 @@ def main(args: Args) -> None:
     next_obs = jnp.asarray(next_obs)  # one copy to the device; from here on the frames stay there
     next_done = jnp.zeros(args.num_envs)
 
-    pbar = tqdm.tqdm(total=args.num_iterations * args.batch_size, desc=args.exp_name, unit="step")
-
     for iteration in range(1, args.num_iterations + 1):
-        speed.tick(global_step)
+        progress.tick(global_step)
         # Annealing the rate if instructed to do so.
         lrnow = args.learning_rate
         if args.anneal_lr:
@@ -512,7 +516,7 @@ def main(args: Args) -> None:
                 writer.add_scalar("charts/episodic_return", episodic_return, step_count)
                 writer.add_scalar("charts/episodic_length", episodic_length, step_count)
         global_step += args.batch_size
-        pbar.update(args.batch_size)
+        progress.update(args.batch_size)
 
         logged = jax.device_get(logged)  # the one fetch of the training statistics per iteration
 
@@ -525,212 +529,29 @@ def main(args: Args) -> None:
         writer.add_scalar("losses/approx_kl", logged["approx_kl"].item(), global_step)
         writer.add_scalar("losses/clipfrac", logged["clipfrac"].item(), global_step)
         writer.add_scalar("losses/explained_variance", logged["explained_variance"].item(), global_step)
-        if (sps := speed.log(global_step)) is not None:
-            pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+        progress.log(global_step, episodic_return)
 
     if args.save_model:
-        # serves --save-model only, from the project's package (pip install -e .): imported here, so that this
-        # file alone still trains
-        from leanrl_utils.evals import evaluate
-
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
-        # played in torch (leanrl_utils/evals.py) on the device the eager script would train on
-        torch_device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
         # the eager script's checkpoint: its Agent's state_dict, converted from the flax params
         torch.save({"algo": "ppo_atari", "args": asdict(args), "agent": to_torch_state_dict(state.params)}, model_path)
         print(f"model saved to {model_path}")
-        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, torch_device)):
+
+        @jax.jit
+        def sample_action(params, obs, key):  # the policy samples its action, as in training
+            key, subkey = jax.random.split(key)
+            logits, _ = agent.apply(params, jnp.transpose(obs, (0, 2, 3, 1)))
+            return jax.random.categorical(subkey, logits), key
+
+        def act(obs):
+            nonlocal key
+            action, key = sample_action(state.params, obs, key)
+            return np.asarray(action)
+        # whole games (unclipped rewards), on one environment seeded with the run's seed
+        for idx, episodic_return in enumerate(evals.play(make_envs(args, num_envs=1), act, args.eval_episodes,
+                                                         args.seed, stats=EpisodeStats(1))):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 
-# The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
-def check_args(args: Args) -> None:
-    # a flag given as nan or inf would pass every comparison below: refused first
-    for name, value in vars(args).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
-    if args.save_model and importlib.util.find_spec("leanrl_utils") is None:  # before hours of training
-        fail("--save-model plays the saved policy back with the project's leanrl_utils, which is not installed: "
-             "pip install -e . from the repository (or leave the flag out)")
-    positive = ["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs",
-                "eval_episodes"]
-    for name in positive + ["clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "measure_after"]:
-        value = getattr(args, name)
-        if value < 0 or (value == 0 and name in positive):
-            fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
-    for name in ("gamma", "gae_lambda"):  # discounts: each named alone when it is out of range
-        if not 0.0 <= getattr(args, name) <= 1.0:
-            fail(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
-    if args.target_kl is not None and args.target_kl < 0:
-        fail(f"--target-kl must be >= 0 (or left unset), got {args.target_kl}")
-    batch = args.num_envs * args.num_steps
-    if batch % args.num_minibatches != 0:
-        fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
-    if args.total_timesteps < batch:
-        fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch (--num-envs x --num-steps = {batch})")
-
-
-def use_device(args: Args) -> None:
-    """--cuda off: the CPU even where JAX has a GPU; --torch-deterministic: XLA's deterministic GPU kernels,
-    unless XLA_FLAGS already sets that flag (the user's value wins). Both are read when JAX starts its
-    backend, at the first array: call this before any. The CPU's kernels are deterministic anyway.
-    Where --cuda asked for a GPU and JAX has none, one line says so."""
-    if not args.cuda:
-        jax.config.update("jax_platforms", "cpu")
-    if args.torch_deterministic and "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
-    if args.cuda and jax.default_backend() == "cpu":  # starts the backend, once the settings above are made
-        print(f"{os.path.basename(sys.argv[0])}: --cuda: JAX {jax.__version__} has no usable GPU here (a CPU-only "
-              "jaxlib, or no visible GPU); running on the CPU", file=sys.stderr)
-
-
-def fail(message: str) -> None:
-    """A user's mistake: one line on stderr, exit code 2, no stack trace."""
-    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:
-    """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
-    if args.track:
-        import wandb
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=vars(args), name=run_name, save_code=True)
-        atexit.register(wandb.finish)
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_scalar = ctrl_c_held(writer.add_scalar)  # a Ctrl-C waits for the write in progress
-    writer.add_scalar = stop_if_diverged(writer.add_scalar, args)  # a NaN loss stops the run
-    # one point whose wall time is the run's start: time to a given return counts from it, set-up and
-    # compilation before the first logged value included
-    writer.add_scalar("charts/start", 0, 0, walltime=started)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
-    atexit.register(writer.close)  # registered last, runs first: before wandb.finish
-    return writer
-
-
-def diverged(what: str, args: Args, step: int | None = None) -> None:
-    """Training diverged: every update after a NaN is NaN too, so the run stops. One line names the step, what is
-    not a finite number and the learning rates; exit code 3; what was logged is kept (the writer closes at exit)."""
-    for bar in list(getattr(tqdm.tqdm, "_instances", ())):
-        bar.close()  # the progress bar's line ends before the message's
-    rates = ", ".join(f"--{name.replace('_', '-')} {value:g}" for name, value in vars(args).items()
-                      if isinstance(value, float) and (name.endswith("_lr") or name == "learning_rate"))
-    print(f"{os.path.basename(sys.argv[0])}: error: step {step}: {what}: training diverged; a smaller learning rate "
-          f"({rates}) may help", file=sys.stderr)
-    sys.exit(3)
-
-
-def stop_if_diverged(write, args: Args):
-    """`write` (the writer's add_scalar) that stops the run (`diverged`) once a loss it logs is not a finite
-    number, after writing it."""
-
-    def checked(tag, value, step=None, *more, **kwargs):
-        written = write(tag, value, step, *more, **kwargs)
-        if tag.startswith("losses/") and not math.isfinite(float(value)):
-            diverged(f"{tag} is {float(value)}", args, step)
-        return written
-    return checked
-
-
-def ctrl_c_held(write):
-    """`write` with a Ctrl-C held until it returns, then raised again: a KeyboardInterrupt raised inside the
-    locks of TensorBoard's queue can leave its writer thread asleep, and the run hung at exit (writer.close)."""
-
-    def held(*args, **kwargs):
-        caught = []
-        previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
-        try:
-            return write(*args, **kwargs)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            if caught:
-                signal.raise_signal(signal.SIGINT)
-    return held
-
-
-class Speed:
-    """`charts/SPS` over a window that starts `warmup_steps` after `start_step`, once the warm-up
-    (here the jit compilation) is over; `charts/warmup_time` is the time before it. With `busy` (what the
-    warm-up does), a line says so when it starts and how long it took when it ends."""
-
-    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int, busy: str | None = None):
-        self.writer, self.steps, self.times, self.busy = writer, (start_step, start_step + warmup_steps), {}, busy
-
-    def tick(self, step: int) -> None:
-        if step in self.steps:
-            self.times[step] = time.perf_counter()
-            if step == self.steps[0] and self.busy:  # a line above the progress bar, which stalls meanwhile
-                tqdm.tqdm.write(f"warm-up: {self.busy}; fps are counted after it", file=sys.stderr)
-            if step == self.steps[1]:
-                warmup = self.times[step] - self.times[self.steps[0]]
-                self.writer.add_scalar("charts/warmup_time", warmup, step)
-                if self.busy:
-                    tqdm.tqdm.write(f"warm-up done in {warmup:.1f} s", file=sys.stderr)
-
-    def log(self, step: int) -> float | None:
-        if step <= self.steps[1] or self.steps[1] not in self.times:
-            return None
-        sps = (step - self.steps[1]) / (time.perf_counter() - self.times[self.steps[1]])
-        self.writer.add_scalar("charts/SPS", sps, step)
-        return sps
-
-
-def parse_args(argv: list[str] | None = None) -> Args:
-    """tyro's command line, where a mistake stops in one line: an unknown flag names the nearest real ones (by
-    name, or by the words of their help: --learning-rate finds the flags whose help says "learning rate"), and a
-    value tyro cannot read is named in tyro's own words, without its box. --help is tyro's."""
-    import contextlib
-    import difflib
-    import inspect
-    import io
-    import itertools
-    import re
-
-    drawn = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(drawn):  # tyro draws an error in a box: its first lines are kept
-            args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True)
-    except SystemExit as err:
-        if not err.code:  # --help
-            raise
-        lines = [line.strip("│╭╮╰╯ ") for line in drawn.getvalue().splitlines()[1:]]
-        said = " ".join(line for line in itertools.takewhile(lambda line: not line.startswith("─"), lines) if line)
-        fail(said or "the command line cannot be read; --help lists the flags")
-    if unknown:
-        flag = unknown[0].split("=")[0]
-        if not flag.startswith("-"):
-            fail(f"{flag!r} is neither a flag nor a flag's value; --help lists the flags")
-        helps = {"--" + name.replace("_", "-"): text.lower().split()
-                 for name, text in re.findall(r'^    (\w+):.*\n    """(.*?)"""', inspect.getsource(Args), flags=re.M)}
-        near = [name for name, words in helps.items() if all(w in words for w in flag.lstrip("-").split("-"))]
-        near += [name for name in difflib.get_close_matches(flag, helps, n=3, cutoff=0.75) if name not in near]
-        near = near[:3]
-        fail(f"{flag}: no such flag" + (f"; did you mean {', '.join(near[:-1]) + ' or ' * (len(near) > 1) + near[-1]}?"
-                                        if near else "; --help lists the flags"))
-    return args
-
-
-def run(argv: list[str] | None = None) -> None:
-    """What `python leanrl/<this file>.py` does: read the command line, train, and end a run that diverged or
-    was interrupted in one line."""
-    cli = parse_args(argv)
-    try:
-        main(cli)
-    except ValueError as err:
-        # torch.distributions refuses parameters that are not finite numbers: training diverged before a
-        # logged loss could show it
-        if "found invalid values" not in str(err):
-            raise
-        import traceback
-
-        steps = [frame.f_locals["global_step"] for frame, _ in traceback.walk_tb(err.__traceback__)
-                 if "global_step" in frame.f_locals]  # main()'s step when the error was raised
-        diverged("a distribution's parameters are not finite numbers", cli, steps[-1] if steps else None)
-    except KeyboardInterrupt:
-        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
-        sys.exit(130)
-
-
 if __name__ == "__main__":
-    run()
+    harness.run(main, Args, check_args)

@@ -71,26 +71,26 @@ def play(env, act, episodes: int, seed: int, stats=None) -> list[float]:
     `stats` (the script's EpisodeStats), an envpool one, whose whole games (unclipped rewards) are counted."""
     returns = []
     with torch.no_grad():
-        if isinstance(env, gym.Env):
+        if stats is not None:  # envpool, first: its gymnasium envs are a gym.Env too (a vector env as well)
+            env.single_action_space.seed(seed)
+            obs, _ = env.reset()
+            while len(returns) < episodes:
+                obs, _, terminated, truncated, info = env.step(act(obs))
+                returns += [r for _, r, _ in stats.update(info, terminated, truncated)]
+        elif isinstance(env, gym.Env):
             obs, _ = env.reset(seed=seed)
             while len(returns) < episodes:
                 obs, _, _, _, info = env.step(act(obs))
                 if "episode" in info:
                     returns.append(float(info["episode"]["r"]))
                     obs, _ = env.reset()
-        elif stats is None:
+        else:
             obs, _ = env.reset(seed=seed)
             while len(returns) < episodes:
                 obs, _, _, _, infos = env.step(act(obs))
                 if "final_info" in infos and "episode" in infos["final_info"]:
                     finished = infos["final_info"]["_episode"]
                     returns += [float(r) for r in infos["final_info"]["episode"]["r"][finished]]
-        else:
-            env.single_action_space.seed(seed)
-            obs, _ = env.reset()
-            while len(returns) < episodes:
-                obs, _, terminated, truncated, info = env.step(act(obs))
-                returns += [r for _, r, _ in stats.update(info, terminated, truncated)]
     env.close()
     return returns[:episodes]
 

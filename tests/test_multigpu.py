@@ -312,20 +312,22 @@ def test_nccl_without_cuda_is_refused_in_one_line(script, tmp_path):
 
 @pytest.mark.parametrize("script", [EAGER, FAST])
 def test_nccl_ranks_that_would_share_a_gpu_are_refused(script, monkeypatch, capsys):
-    """The device choice, in this process with a machine of 1 GPU modelled: 2 local ranks over NCCL would
-    share it (NCCL refuses that at the first collective), so the choice stops with one line saying what to
-    do; with gloo they may share it; 2 GPUs give one each."""
+    """The device choice (the harness's pick_rank_device, which the script calls), in this process with a
+    machine of 1 GPU modelled: 2 local ranks over NCCL would share it (NCCL refuses that at the first
+    collective), so the choice stops with one line saying what to do; with gloo they may share it; 2 GPUs
+    give one each."""
     module = load_script(script)
     monkeypatch.setattr(module.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(module.torch.cuda, "device_count", lambda: 1)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     with pytest.raises(SystemExit) as stop:
-        module.pick_device(module.Args(world_size=2), local_rank=1)
+        module.harness.pick_rank_device(module.Args(world_size=2), local_rank=1)
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert stop.value.code == 2 and "--backend nccl:" in last and "one rank per GPU" in last, last
-    assert module.pick_device(module.Args(world_size=2, backend="gloo"), local_rank=1) == torch.device("cuda", 0)
+    gloo = module.Args(world_size=2, backend="gloo")
+    assert module.harness.pick_rank_device(gloo, local_rank=1) == torch.device("cuda", 0)
     monkeypatch.setattr(module.torch.cuda, "device_count", lambda: 2)
-    assert module.pick_device(module.Args(world_size=2), local_rank=1) == torch.device("cuda", 1)
+    assert module.harness.pick_rank_device(module.Args(world_size=2), local_rank=1) == torch.device("cuda", 1)
 
 
 @pytest.mark.gpu
