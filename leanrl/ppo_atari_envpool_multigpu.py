@@ -300,7 +300,7 @@ def main(args: Args) -> None:
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart; the bar and
     # the lines that announce the warm-up are rank 0's only
     progress = harness.Progress(args, writer, args.num_iterations * args.batch_size, 0,
-                                args.measure_after * args.batch_size, busy=None if rank == 0 else "", disable=rank != 0)
+                                args.measure_after * args.batch_size, disable=rank != 0)
     episodic_return = float("nan")
 
     # TRY NOT TO MODIFY: start the game

@@ -229,7 +229,7 @@ class Agent(nn.Module):
         return x.contiguous(memory_format=torch.channels_last) / 255.0
 
     def get_value(self, x):
-        return self.critic(self.network(self.frames(x)))
+        return self.critic(self.network(self.frames(x)))  # [2]
 
     def get_action_and_value(self, x, action=None):
         hidden = self.network(self.frames(x))
@@ -466,7 +466,7 @@ def main(args: Args) -> None:
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart; the bar and
     # the lines that announce the warm-up are rank 0's only
     progress = harness.Progress(args, writer, args.num_iterations * args.batch_size, 0,
-                                args.measure_after * args.batch_size, busy=None if rank == 0 else "", disable=rank != 0)
+                                args.measure_after * args.batch_size, disable=rank != 0)
     episodic_return = float("nan")
 
     heartbeat = torch.zeros(1, device=device)  # [9] the watched collective after the updates (see below)
@@ -487,6 +487,7 @@ def main(args: Args) -> None:
         games = []
         for step in range(0, args.num_steps):
             global_step += args.num_envs * args.world_size  # the steps of all ranks
+            # [1] this step's observation and done flag go into the rollout below, with the acting step's outputs
 
             # ALGO LOGIC: action logic
             action, logprob, value = policy(next_obs)  # [4] ([8], [9]: compiled or graphed with the flags)

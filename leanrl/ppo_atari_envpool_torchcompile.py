@@ -213,7 +213,7 @@ class Agent(nn.Module):
         return x.contiguous(memory_format=torch.channels_last) / 255.0
 
     def get_value(self, x):
-        return self.critic(self.network(self.frames(x)))
+        return self.critic(self.network(self.frames(x)))  # [2]
 
     def get_action_and_value(self, x, action=None):
         hidden = self.network(self.frames(x))
@@ -445,6 +445,7 @@ def main(args: Args) -> None:
 
         for step in range(0, args.num_steps):
             global_step += args.num_envs
+            # [1] this step's observation and done flag go into the rollout below, with the acting step's outputs
 
             # ALGO LOGIC: action logic
             action, logprob, value = policy(next_obs)  # [4] ([8], [9]: compiled or graphed with the flags)

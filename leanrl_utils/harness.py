@@ -320,7 +320,7 @@ class Progress:
     starts `warmup_steps` after `start_step`, once the warm-up (compilation, CUDA-graph capture, jit) is over,
     and `charts/warmup_time`, the time before it. A line above the bar says what the warm-up does and, when it
     ends, how long it took: `busy`, or for the optimized scripts what their flags make it do (--compile
-    compiles; --cudagraphs captures, on a CUDA device)."""
+    compiles; --cudagraphs captures, on a CUDA device). A disabled bar (a rank other than 0) says nothing."""
 
     def __init__(self, args, writer, total: int, start_step: int, warmup_steps: int, busy: str | None = None,
                  disable: bool = False):
@@ -347,12 +347,12 @@ class Progress:
         """Called at every step that may open the fps window: its start and end are timed."""
         if step in self.steps:
             self.times[step] = time.perf_counter()
-            if step == self.steps[0] and self.busy:  # a line above the progress bar, which stalls meanwhile
+            if step == self.steps[0] and self.busy and not self.bar.disable:  # a line above the bar, which stalls
                 tqdm.tqdm.write(f"warm-up: {self.busy}; fps are counted after it", file=sys.stderr)
             if step == self.steps[1]:
                 warmup = self.times[step] - self.times[self.steps[0]]
                 self.writer.add_scalar("charts/warmup_time", warmup, step)
-                if self.busy:
+                if self.busy and not self.bar.disable:
                     tqdm.tqdm.write(f"warm-up done in {warmup:.1f} s", file=sys.stderr)
 
     def log(self, step: int, episodic_return: float = float("nan")) -> float | None:

@@ -238,10 +238,11 @@ def prose(lines: list[str]) -> list[str]:
 
     text = [""] * len(lines)
     for tok in tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline):
-        if tok.type == tokenize.COMMENT or (tok.type == tokenize.STRING and tok.start[0] != tok.end[0]) or \
-                (tok.type == tokenize.STRING and tok.string.startswith('"""')):
-            for row in range(tok.start[0], tok.end[0] + 1):
-                text[row - 1] += " " + lines[row - 1]
+        if tok.type == tokenize.COMMENT:
+            text[tok.start[0] - 1] += tok.string
+        elif tok.type == tokenize.STRING and tok.string.startswith('"""'):  # a docstring, line by line
+            for row, part in enumerate(tok.string.splitlines(), start=tok.start[0]):
+                text[row - 1] += part
     return text
 
 

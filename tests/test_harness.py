@@ -347,6 +347,13 @@ def test_fps_are_counted_after_the_warm_up(monkeypatch, capsys):
     assert harness.Progress(compiled, writer, 10, 0, 1).busy == "compiling (--compile)"  # no CUDA here: no capture
     monkeypatch.setattr(harness, "why_not_cuda", lambda: None)
     assert harness.Progress(compiled, writer, 10, 0, 1).busy == "compiling (--compile) and capturing CUDA graphs"
+    # a disabled bar (the ranks other than 0) says nothing of the warm-up
+    monkeypatch.setattr(harness.time, "perf_counter", iter([1.0, 2.0]).__next__)
+    capsys.readouterr()
+    quiet = harness.Progress(Args(), writer, 10, 0, 1, busy="compiling", disable=True)
+    quiet.tick(0)
+    quiet.tick(1)
+    assert capsys.readouterr().err == "" and writer.logged[-1] == ("charts/warmup_time", 1.0, 1)
 
 
 def started_run(main, argv=(), capsys=None):
