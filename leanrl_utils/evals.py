@@ -71,7 +71,7 @@ def play(env, act, episodes: int, seed: int, stats=None) -> list[float]:
     `stats` (the script's EpisodeStats), an envpool one, whose whole games (unclipped rewards) are counted."""
     returns = []
     with torch.no_grad():
-        if isinstance(env, gym.Env):
+        if not isinstance(env, gym.vector.VectorEnv):  # one environment (a VectorEnv, envpool's too, is a gym.Env)
             obs, _ = env.reset(seed=seed)
             while len(returns) < episodes:
                 obs, _, _, _, info = env.step(act(obs))
