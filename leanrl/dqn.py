@@ -86,8 +86,7 @@ def check_args(args: Args) -> None:
     harness.check_ranges(args, positive=["total_timesteps", "learning_rate", "buffer_size", "batch_size",
                                          "target_network_frequency", "train_frequency", "exploration_fraction",
                                          "eval_episodes"],
-                         non_negative=["learning_starts", "measure_after", "start_e", "end_e"],
-                         unit=["gamma"])
+                         non_negative=["learning_starts", "measure_after", "start_e", "end_e"], unit=["gamma"])
     if not 0.0 < args.tau <= 1.0:
         harness.fail(f"--tau must be in (0, 1], got {args.tau}")
     harness.check_ranges(args, probabilities=["start_e", "end_e"])  # ε's bounds (their sign is checked above)
