@@ -3,20 +3,28 @@
 The algorithm and defaults of `dqn_atari_envpool.py`; only the execution changes.
 Each optimization carries a comment saying what it saves:
 
-- the replay buffer keeps its frames (each stored once, as uint8) on the training
-  device and rebuilds the stacks there: a batch is a gather on the device, and a
-  frame enters the buffer from the host once, when it is stored (acting sends its own
-  stack); its bookkeeping (a few
-  numbers per slot) stays on the host, where reading it costs no sync;
-- frames and convolutions in the channels-last layout;
-- the target network is updated with one fused `lerp_`;
-- `--compile`: `torch.compile` of the loss with its backward pass (the fused
-  optimizer step stays eager: one call over every weight), and of the acting step on
-  a GPU;
-- `--cudagraphs`: the whole update, the greedy acting step and the target copy,
-  replayed as one CUDA graph each (tensordict's `CudaGraphModule`): one launch for
-  all of its kernels on a GPU;
-- no `.item()` in the hot loop but the action handed to the environment.
+1. the replay buffer keeps its frames (each stored once, as uint8) on the training
+   device and rebuilds the stacks there: a batch is a gather on the device, and a
+   frame enters the buffer from the host once, when it is stored (acting sends its
+   own stack); its bookkeeping (a few numbers per slot) stays on the host, where
+   reading it costs no sync;
+2. frames and convolutions in the channels-last layout;
+3. the policy that acts runs the trained weights detached, in a weightless copy;
+4. Adam's fused step: one call over every weight, its state on the device;
+5. the target network's weights are updated with one fused `lerp_`;
+6. the whole update is one function: zero_grad, loss, backward, optimizer step;
+7. `--compile`: `torch.compile` of the loss with its backward pass (the fused
+   optimizer step stays eager: one call over every weight), and of the acting step
+   on a GPU only;
+8. `--cudagraphs`: the whole update, the greedy acting step and the target copy,
+   replayed as one CUDA graph each (tensordict's `CudaGraphModule`): one launch for
+   all of its kernels on a GPU;
+9. no `.item()` in the hot loop but the action handed to the environment: losses
+   stay on the device and are read back only at logging intervals.
+
+Each change from the eager script is tagged in its comment with its number here
+([N]), so that `diff -u dqn_atari_envpool.py dqn_atari_envpool_torchcompile.py`
+reads as this list.
 
 The two scripts draw the same batches (the replay buffer has a generator of its
 own) and the same ε-greedy choices (Python's generator and the action space's, as
@@ -38,16 +46,10 @@ What these choices measure on a CPU: docs/speed.md and docs/limits.md.
     python leanrl/dqn_atari_envpool_torchcompile.py --compile --cudagraphs
 """
 
-import atexit
-import logging
-import importlib.util
-import math
 import os
 import random
-import signal
 import sys
 import time
-import warnings
 from dataclasses import asdict, dataclass
 
 import envpool
@@ -56,11 +58,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
-import tqdm
-import tyro
+from leanrl_utils import evals, harness  # the contract's plumbing (flags, errors, device, logging), playing a policy
 from tensordict import TensorDict, from_module
 from tensordict.nn import CudaGraphModule
-from torch.utils.tensorboard import SummaryWriter
 
 
 @dataclass
@@ -181,7 +181,7 @@ class QNetwork(nn.Module):
         )
 
     def forward(self, x):
-        # uint8 frames become floats here, on the device, in the channels-last layout that oneDNN's
+        # [2] uint8 frames become floats here, on the device, in the channels-last layout that oneDNN's
         # CPU convolutions run fastest (see ppo_atari_envpool_torchcompile.py)
         return self.network(x.contiguous(memory_format=torch.channels_last) / 255.0)
 
@@ -192,7 +192,7 @@ def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
 
 
 class ReplayBuffer:
-    """A circular buffer of transitions that stores each frame once, on the training device, where the
+    """[1] A circular buffer of transitions that stores each frame once, on the training device, where the
     batches are gathered; its bookkeeping stays in CPU tensors (reading it costs no sync).
 
     Slot t holds the newest frame of observation t, the action taken from it, the reward and the
@@ -204,7 +204,7 @@ class ReplayBuffer:
     head), or when the write head has overwritten a frame its stack needs."""
 
     def __init__(self, size: int, frame_shape: tuple, device: torch.device, seed: int):
-        # the frames on the training device: a batch's stacks are a gather there; the bookkeeping stays here
+        # [1] the frames on the training device: a batch's stacks are a gather there; the bookkeeping stays here
         self.frames = torch.zeros((size, *frame_shape), dtype=torch.uint8, device=device)
         self.back = torch.zeros(size, dtype=torch.long)  # earlier frames of the same game in the stack, up to 3
         self.actions, self.rewards = torch.zeros(size, dtype=torch.long), torch.zeros(size)
@@ -231,18 +231,18 @@ class ReplayBuffer:
         for j in (1, 2, 3):  # the stacks that reach back to the frame overwritten here are gone
             q = (p + j) % self.size
             self.valid[q] &= self.back[q] < j
-        self.frames[p] = torch.as_tensor(obs[-1]).to(self.device, non_blocking=True)  # one frame crosses, as uint8
+        self.frames[p] = torch.as_tensor(obs[-1]).to(self.device, non_blocking=True)  # [1] one frame crosses, as uint8
         self.back[p] = 0 if game_start else min(int(self.back[p - 1]) + 1, 3)
         self.valid[p] = False  # no action taken from it yet
 
     def stacks(self, slots):
         """The stacks of 4 frames of the observations in `slots`, as envpool returned them."""
         offsets = torch.minimum(torch.arange(3, -1, -1), self.back[slots, None])
-        # the indices are worked out on the host, where the bookkeeping is; the gather runs on the device
+        # [1] the indices are worked out on the host, where the bookkeeping is; the gather runs on the device
         return self.frames[((slots[:, None] - offsets) % self.size).to(self.device, non_blocking=True)]
 
     def sample(self, batch_size: int) -> TensorDict:
-        # a TensorDict, not a namespace: one .to() moves its small tensors, and a compiled or graphed update
+        # [1] a TensorDict, not a namespace: one .to() moves its small tensors, and a compiled or graphed update
         # takes it as an input of tensors
         # uniform over the slots that hold transitions: the first `batch_size` valid ones among 4x as many
         # uniform draws (the buffer's invalid slots are a few percent: too few valid is all but impossible)
@@ -253,7 +253,7 @@ class ReplayBuffer:
             observations=self.stacks(slots), next_observations=self.stacks((slots + 1) % self.size))
 
 
-# The devices on which --compile compiles the acting step: CUDA only, where it becomes part of the acting
+# [7] The devices on which --compile compiles the acting step: CUDA only, where it becomes part of the acting
 # graph; on a CPU the acting step is a small part of a step that the update dominates, and stays eager.
 COMPILED_ACTING = ("cuda",)
 
@@ -267,14 +267,6 @@ def main(args: Args) -> None:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = harness.pick_device(args)  # CUDA if asked for and usable, else the CPU (saying why); CPU threads
-    # CUDA graphs exist on CUDA devices only: on a machine without CUDA --cudagraphs is ignored, with a warning
-    # (tensordict's CudaGraphModule then calls each function directly); on a machine with CUDA, --no-cuda beside it
-    # is refused, since the graphs would be captured from CPU tensors
-    graphs = args.cudagraphs and device.type == "cuda"
-    if args.cudagraphs and not graphs:
-        if torch.cuda.is_available():
-            fail("--cudagraphs records CUDA graphs and --no-cuda keeps this run on the CPU: leave out one of the two")
-        print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
 
     # env setup
     envs = make_envs(args)
@@ -285,23 +277,24 @@ def main(args: Args) -> None:
 
     # the network is built on the CPU and moved, as in the eager script: the same initial weights, drawn
     # from the CPU generator, on any device
-    q_network = QNetwork(envs).to(device, memory_format=torch.channels_last)  # see QNetwork.forward
-    q_params = from_module(q_network).data  # detached views of the weights, shared storage
-    # fused: one call per step over every weight, its state on the device; capturable under CUDA graphs: a
-    # replayed step reads its step count on the device
-    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True, capturable=graphs)
-    # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
+    q_network = QNetwork(envs).to(device, memory_format=torch.channels_last)  # [2] see QNetwork.forward
+    q_params = from_module(q_network).data  # [3], [5] detached views of the weights, shared storage
+    # [4] fused: one call per step over every weight, its state on the device; capturable under CUDA graphs
+    # ([8]): a replayed step reads its step count on the device
+    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True,
+                           capturable=args.cudagraphs and device.type == "cuda")
+    # [3] the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
     with torch.device("meta"):  # shells without weights of their own: each runs the weights put into it
         q_network_detach, target_network = QNetwork(envs), QNetwork(envs)
     q_params.to_module(q_network_detach, preserve_module_state=False)
-    # the target network: a copy of the weights run by a "meta" shell (the target starts as an exact copy)
+    # [5] the target network: a copy of the weights run by a "meta" shell (the target starts as an exact copy)
     target_params = q_params.clone()
     target_params.to_module(target_network, preserve_module_state=False)
 
     rb = ReplayBuffer(args.buffer_size, envs.single_observation_space.shape[1:], device, args.seed)
 
-    def policy(obs):
-        return q_network_detach(obs).argmax(dim=-1)  # the greedy action
+    def policy(obs):  # [3] the greedy action on the detached weights
+        return q_network_detach(obs).argmax(dim=-1)
 
     def loss_and_grads(data):
         with torch.no_grad():
@@ -310,26 +303,19 @@ def main(args: Args) -> None:
         old_val = q_network(data["observations"]).gather(1, data["actions"]).squeeze()
         loss = F.mse_loss(td_target, old_val)
         loss.backward()
-        return TensorDict(td_loss=loss.detach(), q_values=old_val.detach().mean())
+        return TensorDict(td_loss=loss.detach(), q_values=old_val.detach().mean())  # [9] left on the device
 
-    def update(data):
+    def update(data):  # [6] the whole update, one call
         optimizer.zero_grad()
         out = loss_and_grads(data)  # forward and backward
         optimizer.step()
         return out
 
     def update_target():
-        # one fused lerp over every weight instead of a Python loop of copies (tau = 1: a hard copy)
+        # [5] one fused lerp over every weight instead of a Python loop of copies (tau = 1: a hard copy)
         target_params.lerp_(q_params, args.tau)
 
-    if args.compile:
-        # tensordict warns that a lock_() traced by torch.compile skips its check of locked parents: nothing here
-        # unlocks a tensordict, so the warning says nothing a user can act on
-        warnings.filterwarnings("ignore", r"Using lock_\(\) inside a compiled graph")
-        if device.type == "cpu":
-            # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
-            # without it (the contract); on a GPU inductor's own generator is faster and stays on
-            torch._inductor.config.fallback_random = True
+    if args.compile:  # [7]
         # trace loss.backward() into the compiled graph: forward and backward become one graph
         torch._dynamo.config.trace_autograd_ops = True
         # the optimizer step stays eager: one fused call, which compiled would add graph breaks (torch.optim
@@ -339,12 +325,9 @@ def main(args: Args) -> None:
             policy = torch.compile(policy)
 
     if args.cudagraphs:
-        # the whole update (zero_grad, forward, backward, optimizer step), the acting step and the target
+        # [8] the whole update (zero_grad, forward, backward, optimizer step), the acting step and the target
         # copy each become one graph replay; the warm-up calls before the capture let compilation
         # finish (without CUDA: called directly)
-        warnings.filterwarnings("ignore", "This module is instantiated on a machine without CUDA")
-        # tensordict logs each graph module it sets up (INFO): nothing a user acts on
-        logging.getLogger("tensordict").setLevel(logging.WARNING)
         warmup = 4 if args.compile else 2
         update = CudaGraphModule(update, in_keys=[], out_keys=[], warmup=warmup)
         update_target = CudaGraphModule(update_target, warmup=warmup)  # a function of no argument: graphed too
@@ -352,11 +335,9 @@ def main(args: Args) -> None:
 
     writer = harness.make_writer(args, run_name)
     # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
-    # a line above the progress bar says what the warm-up does (compiling, capturing) and how long it took
-    work = [w for w, on in (("compiling (--compile)", args.compile), ("capturing CUDA graphs", graphs)) if on]
-    speed = Speed(writer, start_step=args.learning_starts + 1, warmup_steps=args.measure_after * args.train_frequency,
-                  busy=" and ".join(work) or None)
-    # out: the last update's losses, left on the device and read only at logging intervals
+    progress = harness.Progress(args, writer, args.total_timesteps, args.learning_starts + 1,
+                                args.measure_after * args.train_frequency)
+    # [9] out: the last update's losses, left on the device and read only at logging intervals
     episodic_return, out = float("nan"), None
 
     # TRY NOT TO MODIFY: start the game
@@ -370,7 +351,8 @@ def main(args: Args) -> None:
         if random.random() < epsilon:
             actions = np.array([envs.single_action_space.sample()])
         else:
-            actions = policy(torch.as_tensor(obs, device=device)).cpu().numpy()  # uint8 frames cross
+            # [3] the greedy action on the detached weights ([7] compiled on a GPU, [8] graphed); uint8 frames cross
+            actions = policy(torch.as_tensor(obs, device=device)).cpu().numpy()
 
         # TRY NOT TO MODIFY: execute the game and log data.
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -391,11 +373,11 @@ def main(args: Args) -> None:
         if global_step > args.learning_starts:
             progress.tick(global_step)
             if global_step % args.train_frequency == 0:
-                # the whole update in one call: the loss, its gradients and the optimizer step (update above)
+                # [6] the whole update in one call: the loss, its gradients and the optimizer step (update above)
                 out = update(rb.sample(args.batch_size))
 
                 if global_step % 100 == 0:
-                    # the only reads of device values in the loop but the action, at logging intervals
+                    # [9] the only reads of device values in the loop but the action, at logging intervals
                     for key, value in out.items():
                         writer.add_scalar(f"losses/{key}", value.item(), global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
@@ -403,17 +385,20 @@ def main(args: Args) -> None:
 
             # update target network
             if global_step % args.target_network_frequency == 0:
-                update_target()  # one fused lerp_ (above)
+                update_target()  # [5] one fused lerp_ (above)
 
     if args.save_model:
-        # serves --save-model only, from the project's package (pip install -e .): imported here, so that this
-        # file alone still trains
-        from leanrl_utils.evals import evaluate
-
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         torch.save({"algo": "dqn_atari", "args": asdict(args), "q_network": q_network.state_dict()}, model_path)
         print(f"model saved to {model_path}")
-        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
+        eval_envs, rng = make_envs(args), random.Random(args.seed)
+
+        def act(obs):  # ε-greedy with a small ε, as CleanRL's evaluation plays it; whole games are counted
+            if rng.random() < evals.EVAL_EPSILON:
+                return np.array([eval_envs.single_action_space.sample()])
+            return q_network(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
+        for idx, episodic_return in enumerate(evals.play(eval_envs, act, args.eval_episodes, args.seed,
+                                                         stats=EpisodeStats(1))):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 
