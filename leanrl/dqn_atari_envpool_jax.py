@@ -27,24 +27,21 @@ and why:
   (tests/test_jax_dqn.py);
 - `--save-model` converts the flax params to the eager script's torch `state_dict`
   (conv kernels HWIO -> OIHW, the first Dense layer's inputs from the NHWC flatten
-  order to torch's NCHW one), so that `leanrl_utils/evals.py` loads and plays it unchanged;
+  order to torch's NCHW one), so that the checkpoint loads as the eager script's
+  (`leanrl_utils/evals.py`'s `load_policy`); the trained network is played in JAX;
 - shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic`
-  as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), the
-  checkpoint played on the device the eager script would train on, and a train state that is a plain
-  `NamedTuple` of params and optax states (flax's `TrainState` would add an `apply_fn` that the
-  jitted functions, which close over their networks, never call).
+  as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a
+  train state that is a plain `NamedTuple` of params and optax states (flax's `TrainState` would
+  add an `apply_fn` that the jitted functions, which close over their networks, never call).
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 
     python leanrl/dqn_atari_envpool_jax.py --env-id Breakout-v5
 """
 
-import atexit
-import importlib.util
 import math
 import os
 import random
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -57,10 +54,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import torch
-import tqdm
-import tyro
-from torch.utils.tensorboard import SummaryWriter
+import torch  # for the checkpoint (torch.save) only
+from leanrl_utils import evals, harness  # the contract's plumbing (flags, errors, device, logging), playing a policy
 
 
 @dataclass
@@ -361,8 +356,6 @@ def main(args: Args) -> None:
     harness.use_jax_device(args)  # before any array is made: JAX picks its backend at the first one
     key = jax.random.key(args.seed)
     key, q_key = jax.random.split(key)
-    # the torch device only serves the evaluation of the saved model (leanrl_utils/evals.py plays it in torch)
-    torch_device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # env setup
     envs = make_envs(args)
@@ -415,10 +408,9 @@ def main(args: Args) -> None:
 
     writer = harness.make_writer(args, run_name)
     # fps is measured from the `measure_after`-th update on: the warm-up before it (here the jit compilation
-    # of the update) is logged apart
-    # the first calls compile (jax.jit): a line above the progress bar says so, and how long it took
-    speed = Speed(writer, start_step=args.learning_starts + 1, warmup_steps=args.measure_after * args.train_frequency,
-                  busy="compiling (jax.jit)")
+    # of the update, which a line above the progress bar announces) is logged apart
+    progress = harness.Progress(args, writer, args.total_timesteps, args.learning_starts + 1,
+                                args.measure_after * args.train_frequency, busy="compiling (jax.jit)")
     episodic_return = float("nan")
 
     # TRY NOT TO MODIFY: start the game
@@ -473,15 +465,19 @@ def main(args: Args) -> None:
             rb = write_steps(rb, *staged.take())  # before learning starts: the staged steps alone
 
     if args.save_model:
-        # serves --save-model only, from the project's package (pip install -e .): imported here, so that this
-        # file alone still trains
-        from leanrl_utils.evals import evaluate
-
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        # the eager script's checkpoint: its network's state_dict, converted from the flax params
         q_network_state = to_torch_state_dict(state.params)
         torch.save({"algo": "dqn_atari", "args": asdict(args), "q_network": q_network_state}, model_path)
         print(f"model saved to {model_path}")
-        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, torch_device)):
+        eval_envs, rng = make_envs(args), random.Random(args.seed)
+
+        def act(obs):  # ε-greedy with a small ε, as CleanRL's evaluation plays it; whole games are counted
+            if rng.random() < evals.EVAL_EPSILON:
+                return np.array([eval_envs.single_action_space.sample()])
+            return np.asarray(greedy_action(state.params, obs))
+        for idx, episodic_return in enumerate(evals.play(eval_envs, act, args.eval_episodes, args.seed,
+                                                         stats=EpisodeStats(1))):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 

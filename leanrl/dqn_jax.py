@@ -24,7 +24,7 @@ What it does differently from `dqn.py`, and why:
 - the losses stay on the device until they are logged, every 100 steps;
 - `--save-model` converts the flax params to `dqn.py`'s torch `state_dict` (Dense
   kernels transposed), so that the checkpoint loads as the eager script's
-  (`leanrl_utils/evals.py`'s `load_policy`), and plays the trained network in JAX;
+  (`leanrl_utils/evals.py`'s `load_policy`); the trained network is played in JAX;
 - shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic`
   as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a
   train state that is a plain `NamedTuple` of params and optax states (flax's `TrainState` would
