@@ -253,8 +253,8 @@ class ReplayBuffer:
             observations=self.stacks(slots), next_observations=self.stacks((slots + 1) % self.size))
 
 
-# [7] The devices on which --compile compiles the acting step: CUDA only, where it becomes part of the acting
-# graph; on a CPU the acting step is a small part of a step that the update dominates, and stays eager.
+# [7] The devices on which --compile compiles the acting step: CUDA only, where --cudagraphs then replays the
+# compiled step; on a CPU the acting step is a small part of a step that the update dominates, and stays eager.
 COMPILED_ACTING = ("cuda",)
 
 

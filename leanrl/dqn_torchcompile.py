@@ -198,8 +198,8 @@ class ReplayBuffer:
     def flush(self):
         n, self.n_staged = self.n_staged, 0
         idx = (self.pos + torch.arange(n)) % self.size
-        # a blocking copy: the staged rows can be overwritten right after (it costs no wait, the acting
-        # step reads its action back every step and the device is idle by then)
+        # a blocking copy: the staged rows can be overwritten right after (it waits for the device's queued
+        # work, which is little: each greedy step reads its action back, and an update runs every few steps)
         self.rows[idx.to(self.device)] = self.staged[:n].to(self.device)
         self.full = self.full or self.pos + n >= self.size
         self.pos = (self.pos + n) % self.size
