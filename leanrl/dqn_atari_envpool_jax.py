@@ -27,24 +27,21 @@ and why:
   (tests/test_jax_dqn.py);
 - `--save-model` converts the flax params to the eager script's torch `state_dict`
   (conv kernels HWIO -> OIHW, the first Dense layer's inputs from the NHWC flatten
-  order to torch's NCHW one), so that `leanrl_utils/evals.py` loads and plays it unchanged;
+  order to torch's NCHW one), so that the checkpoint loads as the eager script's
+  (`leanrl_utils/evals.py`'s `load_policy`); the trained network is played in JAX;
 - shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic`
-  as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), the
-  checkpoint played on the device the eager script would train on, and a train state that is a plain
-  `NamedTuple` of params and optax states (flax's `TrainState` would add an `apply_fn` that the
-  jitted functions, which close over their networks, never call).
+  as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a
+  train state that is a plain `NamedTuple` of params and optax states (flax's `TrainState` would
+  add an `apply_fn` that the jitted functions, which close over their networks, never call).
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 
     python leanrl/dqn_atari_envpool_jax.py --env-id Breakout-v5
 """
 
-import atexit
-import importlib.util
 import math
 import os
 import random
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -57,10 +54,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import torch
-import tqdm
-import tyro
-from torch.utils.tensorboard import SummaryWriter
+import torch  # for the checkpoint (torch.save) only
+from leanrl_utils import evals, harness  # the contract's plumbing (flags, errors, device, logging), playing a policy
 
 
 @dataclass
@@ -117,21 +112,29 @@ class Args:
     """updates left out of the fps window (the warm-up: compilation, CUDA-graph capture)"""
 
 
+def check_args(args: Args) -> None:
+    """This script's ranges, checked before any work (the harness refuses non-finite numbers and bad seeds)."""
+    harness.check_ranges(args, positive=["total_timesteps", "learning_rate", "buffer_size", "batch_size",
+                                         "target_network_frequency", "train_frequency", "exploration_fraction",
+                                         "eval_episodes"],
+                         non_negative=["learning_starts", "measure_after", "start_e", "end_e"], unit=["gamma"])
+    if not 0.0 < args.tau <= 1.0:
+        harness.fail(f"--tau must be in (0, 1], got {args.tau}")
+    harness.check_ranges(args, probabilities=["start_e", "end_e"])  # ε's bounds (their sign is checked above)
+    if args.total_timesteps <= args.learning_starts:
+        harness.fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
+    if args.batch_size > args.buffer_size:
+        harness.fail(f"--batch-size ({args.batch_size}) must not exceed --buffer-size ({args.buffer_size})")
+
+
 def make_envs(args: Args, num_envs: int = 1, seed: int | None = None):
     """envpool's Atari vector env, of one env as in CleanRL's DQN; a user's bad id stops here."""
     if args.env_id not in envpool.list_all_envs():
-        fail(f"--env-id {args.env_id!r}: envpool has no such environment (Atari ids look like Breakout-v5)")
+        harness.fail(f"--env-id {args.env_id!r}: envpool has no such environment (Atari ids look like Breakout-v5)")
     if type(envpool.make_spec(args.env_id)).__name__ != "AtariEnvSpec":
-        fail(f"--env-id {args.env_id!r}: not an Atari game (this script is for envpool's Atari ids, e.g. Breakout-v5)")
-    envs = envpool.make(
-        args.env_id,
-        env_type="gymnasium",
-        num_envs=num_envs,
-        episodic_life=True,
-        reward_clip=True,
-        seed=args.seed if seed is None else seed,
-    )
-    return envs
+        harness.fail(f"--env-id {args.env_id!r}: not an Atari game (this script is for envpool's Atari ids, e.g. Breakout-v5)")
+    return envpool.make(args.env_id, env_type="gymnasium", num_envs=num_envs, episodic_life=True, reward_clip=True,
+                        seed=args.seed if seed is None else seed)
 
 
 class EpisodeStats:
@@ -345,18 +348,14 @@ class TrainState(NamedTuple):
 
 
 def main(args: Args) -> None:
-    started = time.time()  # the run's start, logged as charts/start (see make_writer)
-    check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
     np.random.seed(args.seed)
-    use_device(args)  # before any array is made: JAX picks its backend at the first one
+    harness.use_jax_device(args)  # before any array is made: JAX picks its backend at the first one
     key = jax.random.key(args.seed)
     key, q_key = jax.random.split(key)
-    # the torch device only serves the evaluation of the saved model (leanrl_utils/evals.py plays it in torch)
-    torch_device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # env setup
     envs = make_envs(args)
@@ -407,19 +406,17 @@ def main(args: Args) -> None:
 
     update_target_only = jax.jit(update_target, donate_argnums=0)
 
-    writer = make_writer(args, run_name, started)
+    writer = harness.make_writer(args, run_name)
     # fps is measured from the `measure_after`-th update on: the warm-up before it (here the jit compilation
-    # of the update) is logged apart
-    # the first calls compile (jax.jit): a line above the progress bar says so, and how long it took
-    speed = Speed(writer, start_step=args.learning_starts + 1, warmup_steps=args.measure_after * args.train_frequency,
-                  busy="compiling (jax.jit)")
+    # of the update, which a line above the progress bar announces) is logged apart
+    progress = harness.Progress(args, writer, args.total_timesteps, args.learning_starts + 1,
+                                args.measure_after * args.train_frequency, busy="compiling (jax.jit)")
     episodic_return = float("nan")
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = envs.reset()
     rb = start(rb, obs[0, -1], True)  # the first observation of the run
-    pbar = tqdm.trange(args.total_timesteps, desc=args.exp_name, unit="step")
-    for global_step in pbar:
+    for global_step in progress:
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
         if random.random() < epsilon:
@@ -448,7 +445,7 @@ def main(args: Args) -> None:
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
-            speed.tick(global_step)
+            progress.tick(global_step)
             if global_step % args.train_frequency == 0:
                 # one call: the staged steps cross to the device (one small copy at most, no wait) and the update is
                 # queued; the host plays on while it runs, until a greedy action needs the new weights
@@ -459,8 +456,7 @@ def main(args: Args) -> None:
                     writer.add_scalar("losses/td_loss", float(out[0]), global_step)
                     writer.add_scalar("losses/q_values", float(out[1]), global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
-                    if (sps := speed.log(global_step)) is not None:
-                        pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+                    progress.log(global_step, episodic_return)
 
             # update target network (inside the update above when the two fall on the same step)
             elif global_step % args.target_network_frequency == 0:
@@ -469,207 +465,21 @@ def main(args: Args) -> None:
             rb = write_steps(rb, *staged.take())  # before learning starts: the staged steps alone
 
     if args.save_model:
-        # serves --save-model only, from the project's package (pip install -e .): imported here, so that this
-        # file alone still trains
-        from leanrl_utils.evals import evaluate
-
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        # the eager script's checkpoint: its network's state_dict, converted from the flax params
         q_network_state = to_torch_state_dict(state.params)
         torch.save({"algo": "dqn_atari", "args": asdict(args), "q_network": q_network_state}, model_path)
         print(f"model saved to {model_path}")
-        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, torch_device)):
+        eval_envs, rng = make_envs(args), random.Random(args.seed)
+
+        def act(obs):  # ε-greedy with a small ε, as CleanRL's evaluation plays it; whole games are counted
+            if rng.random() < evals.EVAL_EPSILON:
+                return np.array([eval_envs.single_action_space.sample()])
+            return np.asarray(greedy_action(state.params, obs))
+        for idx, episodic_return in enumerate(evals.play(eval_envs, act, args.eval_episodes, args.seed,
+                                                         stats=EpisodeStats(1))):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 
-# The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
-def check_args(args: Args) -> None:
-    # a flag given as nan or inf would pass every comparison below: refused first
-    for name, value in vars(args).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
-    if args.save_model and importlib.util.find_spec("leanrl_utils") is None:  # before hours of training
-        fail("--save-model plays the saved policy back with the project's leanrl_utils, which is not installed: "
-             "pip install -e . from the repository (or leave the flag out)")
-    positive = ["total_timesteps", "learning_rate", "buffer_size", "batch_size", "target_network_frequency",
-                "train_frequency", "exploration_fraction", "eval_episodes"]
-    for name in positive + ["learning_starts", "measure_after", "start_e", "end_e"]:
-        value = getattr(args, name)
-        if value < 0 or (value == 0 and name in positive):
-            fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
-    if not 0.0 <= args.gamma <= 1.0:
-        fail(f"--gamma must be in [0, 1], got {args.gamma}")
-    if not 0.0 < args.tau <= 1.0:
-        fail(f"--tau must be in (0, 1], got {args.tau}")
-    for name in ("start_e", "end_e"):  # probabilities (>= 0 is checked above): each named alone
-        if getattr(args, name) > 1:
-            fail(f"--{name.replace('_', '-')} must be a probability, in [0, 1], got {getattr(args, name)}")
-    if args.total_timesteps <= args.learning_starts:
-        fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
-    if args.batch_size > args.buffer_size:
-        fail(f"--batch-size ({args.batch_size}) must not exceed --buffer-size ({args.buffer_size})")
-
-
-def use_device(args: Args) -> None:
-    """--cuda off: the CPU even where JAX has a GPU; --torch-deterministic: XLA's deterministic GPU kernels,
-    unless XLA_FLAGS already sets that flag (the user's value wins). Both are read when JAX starts its
-    backend, at the first array: call this before any. The CPU's kernels are deterministic anyway.
-    Where --cuda asked for a GPU and JAX has none, one line says so."""
-    if not args.cuda:
-        jax.config.update("jax_platforms", "cpu")
-    if args.torch_deterministic and "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
-    if args.cuda and jax.default_backend() == "cpu":  # starts the backend, once the settings above are made
-        print(f"{os.path.basename(sys.argv[0])}: --cuda: JAX {jax.__version__} has no usable GPU here (a CPU-only "
-              "jaxlib, or no visible GPU); running on the CPU", file=sys.stderr)
-
-
-def fail(message: str) -> None:
-    """A user's mistake: one line on stderr, exit code 2, no stack trace."""
-    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:
-    """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
-    if args.track:
-        import wandb
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=vars(args), name=run_name, save_code=True)
-        atexit.register(wandb.finish)
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_scalar = ctrl_c_held(writer.add_scalar)  # a Ctrl-C waits for the write in progress
-    writer.add_scalar = stop_if_diverged(writer.add_scalar, args)  # a NaN loss stops the run
-    # one point whose wall time is the run's start: time to a given return counts from it, set-up and
-    # compilation before the first logged value included
-    writer.add_scalar("charts/start", 0, 0, walltime=started)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
-    atexit.register(writer.close)  # registered last, runs first: before wandb.finish
-    return writer
-
-
-def diverged(what: str, args: Args, step: int | None = None) -> None:
-    """Training diverged: every update after a NaN is NaN too, so the run stops. One line names the step, what is
-    not a finite number and the learning rates; exit code 3; what was logged is kept (the writer closes at exit)."""
-    for bar in list(getattr(tqdm.tqdm, "_instances", ())):
-        bar.close()  # the progress bar's line ends before the message's
-    rates = ", ".join(f"--{name.replace('_', '-')} {value:g}" for name, value in vars(args).items()
-                      if isinstance(value, float) and (name.endswith("_lr") or name == "learning_rate"))
-    print(f"{os.path.basename(sys.argv[0])}: error: step {step}: {what}: training diverged; a smaller learning rate "
-          f"({rates}) may help", file=sys.stderr)
-    sys.exit(3)
-
-
-def stop_if_diverged(write, args: Args):
-    """`write` (the writer's add_scalar) that stops the run (`diverged`) once a loss it logs is not a finite
-    number, after writing it."""
-
-    def checked(tag, value, step=None, *more, **kwargs):
-        written = write(tag, value, step, *more, **kwargs)
-        if tag.startswith("losses/") and not math.isfinite(float(value)):
-            diverged(f"{tag} is {float(value)}", args, step)
-        return written
-    return checked
-
-
-def ctrl_c_held(write):
-    """`write` with a Ctrl-C held until it returns, then raised again: a KeyboardInterrupt raised inside the
-    locks of TensorBoard's queue can leave its writer thread asleep, and the run hung at exit (writer.close)."""
-
-    def held(*args, **kwargs):
-        caught = []
-        previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
-        try:
-            return write(*args, **kwargs)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            if caught:
-                signal.raise_signal(signal.SIGINT)
-    return held
-
-
-class Speed:
-    """`charts/SPS` over a window that starts `warmup_steps` after `start_step`, once the warm-up
-    (compilation, CUDA-graph capture) is over; `charts/warmup_time` is the time before it. With `busy` (what the
-    warm-up does), a line says so when it starts and how long it took when it ends."""
-
-    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int, busy: str | None = None):
-        self.writer, self.steps, self.times, self.busy = writer, (start_step, start_step + warmup_steps), {}, busy
-
-    def tick(self, step: int) -> None:
-        if step in self.steps:
-            self.times[step] = time.perf_counter()
-            if step == self.steps[0] and self.busy:  # a line above the progress bar, which stalls meanwhile
-                tqdm.tqdm.write(f"warm-up: {self.busy}; fps are counted after it", file=sys.stderr)
-            if step == self.steps[1]:
-                warmup = self.times[step] - self.times[self.steps[0]]
-                self.writer.add_scalar("charts/warmup_time", warmup, step)
-                if self.busy:
-                    tqdm.tqdm.write(f"warm-up done in {warmup:.1f} s", file=sys.stderr)
-
-    def log(self, step: int) -> float | None:
-        if step <= self.steps[1] or self.steps[1] not in self.times:
-            return None
-        sps = (step - self.steps[1]) / (time.perf_counter() - self.times[self.steps[1]])
-        self.writer.add_scalar("charts/SPS", sps, step)
-        return sps
-
-
-def parse_args(argv: list[str] | None = None) -> Args:
-    """tyro's command line, where a mistake stops in one line: an unknown flag names the nearest real ones (by
-    name, or by the words of their help: --learning-rate finds the flags whose help says "learning rate"), and a
-    value tyro cannot read is named in tyro's own words, without its box. --help is tyro's."""
-    import contextlib
-    import difflib
-    import inspect
-    import io
-    import itertools
-    import re
-
-    drawn = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(drawn):  # tyro draws an error in a box: its first lines are kept
-            args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True)
-    except SystemExit as err:
-        if not err.code:  # --help
-            raise
-        lines = [line.strip("│╭╮╰╯ ") for line in drawn.getvalue().splitlines()[1:]]
-        said = " ".join(line for line in itertools.takewhile(lambda line: not line.startswith("─"), lines) if line)
-        fail(said or "the command line cannot be read; --help lists the flags")
-    if unknown:
-        flag = unknown[0].split("=")[0]
-        if not flag.startswith("-"):
-            fail(f"{flag!r} is neither a flag nor a flag's value; --help lists the flags")
-        helps = {"--" + name.replace("_", "-"): text.lower().split()
-                 for name, text in re.findall(r'^    (\w+):.*\n    """(.*?)"""', inspect.getsource(Args), flags=re.M)}
-        near = [name for name, words in helps.items() if all(w in words for w in flag.lstrip("-").split("-"))]
-        near += [name for name in difflib.get_close_matches(flag, helps, n=3, cutoff=0.75) if name not in near]
-        near = near[:3]
-        fail(f"{flag}: no such flag" + (f"; did you mean {', '.join(near[:-1]) + ' or ' * (len(near) > 1) + near[-1]}?"
-                                        if near else "; --help lists the flags"))
-    return args
-
-
-def run(argv: list[str] | None = None) -> None:
-    """What `python leanrl/<this file>.py` does: read the command line, train, and end a run that diverged or
-    was interrupted in one line."""
-    cli = parse_args(argv)
-    try:
-        main(cli)
-    except ValueError as err:
-        # torch.distributions refuses parameters that are not finite numbers: training diverged before a
-        # logged loss could show it
-        if "found invalid values" not in str(err):
-            raise
-        import traceback
-
-        steps = [frame.f_locals["global_step"] for frame, _ in traceback.walk_tb(err.__traceback__)
-                 if "global_step" in frame.f_locals]  # main()'s step when the error was raised
-        diverged("a distribution's parameters are not finite numbers", cli, steps[-1] if steps else None)
-    except KeyboardInterrupt:
-        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
-        sys.exit(130)
-
-
 if __name__ == "__main__":
-    run()
+    harness.run(main, Args, check_args)

@@ -3,20 +3,27 @@
 The algorithm and defaults of `dqn.py`; only the execution changes. Each
 optimization carries a comment saying what it saves:
 
-- the replay buffer is one tensor of rows preallocated on the training device (a
-  transition per row), staged on the host and copied over in one copy when a batch is
-  drawn (or when the stage fills); a batch is one gather there, returned as a TensorDict
-  of views;
-- the greedy action calls the layers' functions on the weights directly, not
-  the module: at batch 1 the module machinery costs more than the math;
-- the target network is updated with one fused `lerp_`;
-- `--compile`: `torch.compile` of the loss with its backward pass (the fused
-  optimizer step stays eager: one call over every weight);
-- `--cudagraphs`: the whole update, the greedy acting step and the target copy,
-  replayed as one CUDA graph each (tensordict's `CudaGraphModule`): one launch for
-  all of its kernels on a GPU;
-- no `.item()` in the hot loop but the action handed to the environment: losses
-  are read back only at logging intervals.
+1. the replay buffer is one tensor of rows preallocated on the training device (a
+   transition per row), staged on the host and copied over together when a batch is
+   drawn (or when the stage fills); a batch is one gather there, returned as a
+   TensorDict of views;
+2. the greedy action calls the layers' functions on the weights directly, not
+   the module: at batch 1 the module machinery costs more than the math;
+3. the policy that acts runs the trained weights detached, in a weightless copy;
+4. Adam's fused step: one call over every weight, its state on the device;
+5. the target network's weights are updated with one fused `lerp_`;
+6. the whole update is one function: zero_grad, loss, backward, optimizer step;
+7. `--compile`: `torch.compile` of the loss with its backward pass (the fused
+   optimizer step stays eager: one call over every weight), and of the acting step
+   on a GPU only;
+8. `--cudagraphs`: the whole update, the greedy acting step and the target copy,
+   replayed as one CUDA graph each (tensordict's `CudaGraphModule`): one launch for
+   all of its kernels on a GPU;
+9. no `.item()` in the hot loop but the action handed to the environment: losses
+   stay on the device and are read back only at logging intervals.
+
+Each change from the eager script is tagged in its comment with its number here
+([N]), so that `diff -u dqn.py dqn_torchcompile.py` reads as this list.
 
 The two scripts draw the same batches (the replay buffer has a generator of its
 own) and the same ε-greedy choices (Python's generator and the action space's, as
@@ -27,16 +34,9 @@ What these choices measure on a CPU: docs/speed.md and docs/limits.md.
     python leanrl/dqn_torchcompile.py --compile --cudagraphs
 """
 
-import atexit
-import logging
-import importlib.util
-import math
 import os
 import random
-import signal
-import sys
 import time
-import warnings
 from dataclasses import asdict, dataclass
 
 import gymnasium as gym
@@ -45,11 +45,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
-import tqdm
-import tyro
+from leanrl_utils import evals, harness  # the contract's plumbing (flags, errors, device, logging), playing a policy
 from tensordict import TensorDict, from_module
 from tensordict.nn import CudaGraphModule
-from torch.utils.tensorboard import SummaryWriter
 
 
 @dataclass
@@ -111,16 +109,31 @@ class Args:
     """whether to use CUDA graphs (needs CUDA)"""
 
 
+def check_args(args: Args) -> None:
+    """This script's ranges, checked before any work (the harness refuses non-finite numbers and bad seeds)."""
+    harness.check_ranges(args, positive=["total_timesteps", "learning_rate", "buffer_size", "batch_size",
+                                         "target_network_frequency", "train_frequency", "exploration_fraction",
+                                         "eval_episodes"],
+                         non_negative=["learning_starts", "measure_after", "start_e", "end_e"], unit=["gamma"])
+    if not 0.0 < args.tau <= 1.0:
+        harness.fail(f"--tau must be in (0, 1], got {args.tau}")
+    harness.check_ranges(args, probabilities=["start_e", "end_e"])  # ε's bounds (their sign is checked above)
+    if args.total_timesteps <= args.learning_starts:
+        harness.fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
+    if args.batch_size > args.buffer_size:
+        harness.fail(f"--batch-size ({args.batch_size}) must not exceed --buffer-size ({args.buffer_size})")
+
+
 def make_env(env_id: str, seed: int, capture_video: bool = False, run_name: str = "") -> gym.Env:
     """One environment with episode statistics; a user's bad id or action space stops here."""
     try:
         env = gym.make(env_id, render_mode="rgb_array" if capture_video else None)
     except gym.error.Error as e:
-        fail(f"--env-id {env_id!r}: {e}")
+        harness.fail(f"--env-id {env_id!r}: {e}")
     if not isinstance(env.action_space, gym.spaces.Discrete):
-        fail(f"--env-id {env_id!r}: DQN needs a discrete action space, got {env.action_space}")
+        harness.fail(f"--env-id {env_id!r}: DQN needs a discrete action space, got {env.action_space}")
     if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
-        fail(f"--env-id {env_id!r}: needs a flat Box observation space, got {env.observation_space}")
+        harness.fail(f"--env-id {env_id!r}: needs a flat Box observation space, got {env.observation_space}")
     if capture_video:
         env = gym.wrappers.RecordVideo(env, f"videos/{run_name}")
     env = gym.wrappers.RecordEpisodeStatistics(env)
@@ -144,7 +157,7 @@ class QNetwork(nn.Module):
         return self.network(x)
 
     def greedy_action(self, x):
-        """argmax of `forward`, with the layers' functions called on their weights directly: at batch 1 the
+        """[2] argmax of `forward`, with the layers' functions called on their weights directly: at batch 1 the
         nn.Module call machinery (Sequential, five module calls and their hook checks) costs more than the
         math."""
         first, _, second, _, last = self.network
@@ -159,13 +172,14 @@ def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
 
 
 class ReplayBuffer:
-    """A circular buffer of transitions preallocated on the training device: a batch is an index there,
-    with no copy from the host. Each transition is one row of a single tensor (observation, next
-    observation, action, reward, done), so that a batch is one gather, not five; transitions are staged
-    on the host and reach the device in one copy when a batch is drawn, not five small copies per step."""
+    """[1] A circular buffer of transitions preallocated on the training device: a batch is an index there,
+    and only its indices cross from the host. Each transition is one row of a single tensor (observation,
+    next observation, action, reward, done), so that a batch is one gather, not five; transitions are staged
+    on the host and reach the device together when a batch is drawn (one copy of the rows, one of their
+    places), not five small copies per step."""
 
     def __init__(self, size: int, obs_dim: int, device: torch.device, seed: int, stage: int = 64):
-        # `stage`: how many transitions wait on the host before one copy (a batch drawn copies them sooner)
+        # `stage`: how many transitions wait on the host before they cross (a batch drawn sends them sooner)
         # the batches are drawn from a generator of their own: exploring does not shift them
         self.generator = torch.Generator().manual_seed(seed)
         self.obs_dim, self.size, self.pos, self.full, self.n_staged, self.device = obs_dim, size, 0, False, 0, device
@@ -174,7 +188,7 @@ class ReplayBuffer:
         self.staged_np = self.staged.numpy()  # writing a row there is cheap
 
     def add(self, obs, next_obs, action, reward, done):
-        # written into a staged host row; a full stage reaches the device in one copy (flush)
+        # written into a staged host row; a full stage reaches the device together (flush)
         row = self.staged_np[self.n_staged]
         row[: self.obs_dim], row[self.obs_dim: 2 * self.obs_dim], row[-3:] = obs, next_obs, (action, reward, done)
         self.n_staged += 1
@@ -184,8 +198,8 @@ class ReplayBuffer:
     def flush(self):
         n, self.n_staged = self.n_staged, 0
         idx = (self.pos + torch.arange(n)) % self.size
-        # a blocking copy: the staged rows can be overwritten right after (it costs no wait, the acting
-        # step reads its action back every step and the device is idle by then)
+        # a blocking copy: the staged rows can be overwritten right after (it waits for the device's queued
+        # work, which is little: each greedy step reads its action back, and an update runs every few steps)
         self.rows[idx.to(self.device)] = self.staged[:n].to(self.device)
         self.full = self.full or self.pos + n >= self.size
         self.pos = (self.pos + n) % self.size
@@ -200,14 +214,12 @@ class ReplayBuffer:
                           actions=rows[:, -3:-2].long(), rewards=rows[:, -2:-1], dones=rows[:, -1:])
 
 
-# The devices on which --compile compiles the acting step: CUDA only. On a CPU the compiled acting step loses:
-# at batch 1 its call overhead outweighs the math.
+# [7] The devices on which --compile compiles the acting step: CUDA only. On a CPU the compiled acting step
+# loses: at batch 1 its call overhead outweighs the math.
 COMPILED_ACTING = ("cuda",)
 
 
 def main(args: Args) -> None:
-    started = time.time()  # the run's start, logged as charts/start (see make_writer)
-    check_args(args)  # a user's mistake stops here, before any work (see the end of the file)
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
 
     # TRY NOT TO MODIFY: seeding
@@ -215,16 +227,7 @@ def main(args: Args) -> None:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    pick_threads()  # fewer CPU threads where other programs keep the cores busy
-    device = pick_device(args)  # CUDA when asked for and usable; otherwise the CPU, saying why
-    # CUDA graphs exist on CUDA devices only: on a machine without CUDA --cudagraphs is ignored, with a warning
-    # (tensordict's CudaGraphModule then calls each function directly); on a machine with CUDA, --no-cuda beside it
-    # is refused, since the graphs would be captured from CPU tensors
-    graphs = args.cudagraphs and device.type == "cuda"
-    if args.cudagraphs and not graphs:
-        if torch.cuda.is_available():
-            fail("--cudagraphs records CUDA graphs and --no-cuda keeps this run on the CPU: leave out one of the two")
-        print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
+    device = harness.pick_device(args)  # CUDA if asked for and usable, else the CPU (saying why); CPU threads
 
     # env setup
     env = make_env(args.env_id, args.seed, args.capture_video, run_name)
@@ -232,20 +235,22 @@ def main(args: Args) -> None:
     # the network is built on the CPU and moved, as in the eager script: the same initial weights, drawn
     # from the CPU generator, on any device
     q_network = QNetwork(env).to(device)
-    q_params = from_module(q_network).data  # detached views of the weights, shared storage
-    # fused: one call per step over every weight, its state on the device; capturable under CUDA graphs: a
-    # replayed step reads its step count on the device
-    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True, capturable=graphs)
-    # the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
+    q_params = from_module(q_network).data  # [3], [5] detached views of the weights, shared storage
+    # [4] fused: one call per step over every weight, its state on the device; capturable under CUDA graphs
+    # ([8]): a replayed step reads its step count on the device
+    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True,
+                           capturable=args.cudagraphs and device.type == "cuda")
+    # [3] the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
     with torch.device("meta"):  # shells without weights of their own: each runs the weights put into it
         q_network_detach, target_network = QNetwork(env), QNetwork(env)
     q_params.to_module(q_network_detach, preserve_module_state=False)
-    # the target network: a copy of the weights run by a "meta" shell
+    # [5] the target network: a copy of the weights run by a "meta" shell (the target starts as an exact copy)
     target_params = q_params.clone()
     target_params.to_module(target_network, preserve_module_state=False)
+
     rb = ReplayBuffer(args.buffer_size, env.observation_space.shape[0], device, args.seed)
 
-    def policy(obs):
+    def policy(obs):  # [2], [3] the greedy action on the detached weights
         return q_network_detach.greedy_action(obs)
 
     def loss_and_grads(data):
@@ -255,26 +260,19 @@ def main(args: Args) -> None:
         old_val = q_network(data["observations"]).gather(1, data["actions"]).squeeze()
         loss = F.mse_loss(td_target, old_val)
         loss.backward()
-        return TensorDict(td_loss=loss.detach(), q_values=old_val.detach().mean())
+        return TensorDict(td_loss=loss.detach(), q_values=old_val.detach().mean())  # [9] left on the device
 
-    def update(data):
+    def update(data):  # [6] the whole update, one call
         optimizer.zero_grad()
         out = loss_and_grads(data)  # forward and backward
         optimizer.step()
         return out
 
     def update_target():
-        # one fused lerp over every weight instead of a Python loop of copies (tau = 1: a hard copy)
+        # [5] one fused lerp over every weight instead of a Python loop of copies (tau = 1: a hard copy)
         target_params.lerp_(q_params, args.tau)
 
-    if args.compile:
-        # tensordict warns that a lock_() traced by torch.compile skips its check of locked parents: nothing here
-        # unlocks a tensordict, so the warning says nothing a user can act on
-        warnings.filterwarnings("ignore", r"Using lock_\(\) inside a compiled graph")
-        if device.type == "cpu":
-            # compiled code draws eager's random numbers on the CPU, so that --compile reproduces a run
-            # without it (the contract); on a GPU inductor's own generator is faster and stays on
-            torch._inductor.config.fallback_random = True
+    if args.compile:  # [7]
         # trace loss.backward() into the compiled graph: forward and backward become one graph
         torch._dynamo.config.trace_autograd_ops = True
         # the optimizer step stays eager: one fused call, which compiled would add graph breaks (torch.optim
@@ -284,30 +282,24 @@ def main(args: Args) -> None:
             policy = torch.compile(policy)
 
     if args.cudagraphs:
-        # the whole update (zero_grad, forward, backward, optimizer step), the acting step and the target
+        # [8] the whole update (zero_grad, forward, backward, optimizer step), the acting step and the target
         # copy each become one graph replay; the warm-up calls before the capture let compilation
         # finish (without CUDA: called directly)
-        warnings.filterwarnings("ignore", "This module is instantiated on a machine without CUDA")
-        # tensordict logs each graph module it sets up (INFO): nothing a user acts on
-        logging.getLogger("tensordict").setLevel(logging.WARNING)
         warmup = 4 if args.compile else 2
         update = CudaGraphModule(update, in_keys=[], out_keys=[], warmup=warmup)
         update_target = CudaGraphModule(update_target, warmup=warmup)  # a function of no argument: graphed too
         policy = CudaGraphModule(policy, warmup=warmup)
 
-    writer = make_writer(args, run_name, started)
+    writer = harness.make_writer(args, run_name)
     # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
-    # a line above the progress bar says what the warm-up does (compiling, capturing) and how long it took
-    work = [w for w, on in (("compiling (--compile)", args.compile), ("capturing CUDA graphs", graphs)) if on]
-    speed = Speed(writer, start_step=args.learning_starts + 1, warmup_steps=args.measure_after * args.train_frequency,
-                  busy=" and ".join(work) or None)
-    # out: the last update's losses, left on the device and read only at logging intervals
+    progress = harness.Progress(args, writer, args.total_timesteps, args.learning_starts + 1,
+                                args.measure_after * args.train_frequency)
+    # [9] out: the last update's losses, left on the device and read only at logging intervals
     episodic_return, out = float("nan"), None
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    pbar = tqdm.trange(args.total_timesteps, desc=args.exp_name, unit="step")
-    for global_step in pbar:
+    for global_step in progress:
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
         # ε-greedy on the host, as in the eager script: with one environment the action comes back every
@@ -316,6 +308,7 @@ def main(args: Args) -> None:
         if random.random() < epsilon:
             action = env.action_space.sample()
         else:
+            # [2], [3] the greedy action on the detached weights ([7] compiled on a GPU, [8] graphed)
             action = policy(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])[0].item()
 
         # TRY NOT TO MODIFY: execute the game and log data.
@@ -338,255 +331,35 @@ def main(args: Args) -> None:
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
-            speed.tick(global_step)
+            progress.tick(global_step)
             if global_step % args.train_frequency == 0:
-                # the whole update in one call: the loss, its gradients and the optimizer step (update above)
+                # [6] the whole update in one call: the loss, its gradients and the optimizer step (update above)
                 out = update(rb.sample(args.batch_size))
 
                 if global_step % 100 == 0:
-                    # the only reads of device values in the loop but the action, at logging intervals
+                    # [9] the only reads of device values in the loop but the action, at logging intervals
                     for key, value in out.items():
                         writer.add_scalar(f"losses/{key}", value.item(), global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
-                    if (sps := speed.log(global_step)) is not None:
-                        pbar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
+                    progress.log(global_step, episodic_return)
 
             # update target network
             if global_step % args.target_network_frequency == 0:
-                update_target()  # one fused lerp_ (above)
+                update_target()  # [5] one fused lerp_ (above)
 
     if args.save_model:
-        # serves --save-model only, from the project's package (pip install -e .): imported here, so that this
-        # file alone still trains
-        from leanrl_utils.evals import evaluate
-
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         torch.save({"algo": "dqn", "args": asdict(args), "q_network": q_network.state_dict()}, model_path)
         print(f"model saved to {model_path}")
-        for idx, episodic_return in enumerate(evaluate(model_path, args.eval_episodes, args.seed, device)):
+        eval_env, rng = make_env(args.env_id, args.seed), random.Random(args.seed)
+
+        def act(obs):  # ε-greedy with a small ε, as CleanRL's evaluation plays it
+            if rng.random() < evals.EVAL_EPSILON:
+                return eval_env.action_space.sample()
+            return q_network(torch.as_tensor(obs, device=device, dtype=torch.float32)[None]).argmax().item()
+        for idx, episodic_return in enumerate(evals.play(eval_env, act, args.eval_episodes, args.seed)):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 
 
-# The contract's plumbing (CONTRIBUTING.md), kept out of the algorithm's way: input checks, logging, fps, Ctrl-C.
-def check_args(args: Args) -> None:
-    # a flag given as nan or inf would pass every comparison below: refused first
-    for name, value in vars(args).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
-    if args.save_model and importlib.util.find_spec("leanrl_utils") is None:  # before hours of training
-        fail("--save-model plays the saved policy back with the project's leanrl_utils, which is not installed: "
-             "pip install -e . from the repository (or leave the flag out)")
-    positive = ["total_timesteps", "learning_rate", "buffer_size", "batch_size", "target_network_frequency",
-                "train_frequency", "exploration_fraction", "eval_episodes"]
-    for name in positive + ["learning_starts", "measure_after", "start_e", "end_e"]:
-        value = getattr(args, name)
-        if value < 0 or (value == 0 and name in positive):
-            fail(f"--{name.replace('_', '-')} must be {'positive' if name in positive else '>= 0'}, got {value}")
-    if not 0.0 <= args.gamma <= 1.0:
-        fail(f"--gamma must be in [0, 1], got {args.gamma}")
-    if not 0.0 < args.tau <= 1.0:
-        fail(f"--tau must be in (0, 1], got {args.tau}")
-    for name in ("start_e", "end_e"):  # probabilities (>= 0 is checked above): each named alone
-        if getattr(args, name) > 1:
-            fail(f"--{name.replace('_', '-')} must be a probability, in [0, 1], got {getattr(args, name)}")
-    if args.total_timesteps <= args.learning_starts:
-        fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
-    if args.batch_size > args.buffer_size:
-        fail(f"--batch-size ({args.batch_size}) must not exceed --buffer-size ({args.buffer_size})")
-
-
-def fail(message: str) -> None:
-    """A user's mistake: one line on stderr, exit code 2, no stack trace."""
-    print(f"{os.path.basename(sys.argv[0])}: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-def pick_threads() -> None:
-    """torch's CPU threads: one per core (torch's default), cut to the cores that other programs leave free, at
-    least one. A parallel region waits for its slowest thread, and a thread whose core another program holds
-    waits for its turn, so on a busy machine fewer threads run faster (docs/speed_settings.md). The load is
-    read from /proc/stat (Linux) over a fifth of a second, before the run does any work; a user's
-    OMP_NUM_THREADS wins. The thread count can change the last digits of a run's numbers: a cut says so."""
-    if "OMP_NUM_THREADS" in os.environ or not os.path.exists("/proc/stat"):
-        return
-
-    def ticks():  # (all, idle + iowait) jiffies of every CPU since boot
-        with open("/proc/stat") as f:
-            cpu = [int(x) for x in f.readline().split()[1:]]
-        return sum(cpu), cpu[3] + cpu[4]
-
-    (total, idle), _, (total_after, idle_after) = ticks(), time.sleep(0.2), ticks()
-    busy = (1 - (idle_after - idle) / max(1, total_after - total)) * (os.cpu_count() or 1)  # CPUs others use
-    cores = torch.get_num_threads()
-    threads = max(1, min(cores, round(cores - busy)))
-    if threads < cores:
-        torch.set_num_threads(threads)
-        print(f"{os.path.basename(sys.argv[0])}: other programs keep {busy:.1f} of {os.cpu_count()} CPUs busy: torch "
-              f"runs on {threads} thread{'s' * (threads > 1)}, not {cores} (OMP_NUM_THREADS sets it)", file=sys.stderr)
-
-
-def pick_device(args: Args) -> torch.device:
-    """CUDA when --cuda (the default) asks for it and torch can use it; otherwise the CPU, and if CUDA was asked
-    for, one line that says why it is not used (a CPU build of torch, no visible GPU, a driver too old for this
-    build), so that a run meant for a GPU never runs on the CPU unnoticed."""
-    if args.cuda:
-        with warnings.catch_warnings(record=True) as caught:  # torch gives its reason as a warning (an old driver)
-            warnings.simplefilter("always")
-            if torch.cuda.is_available():
-                return torch.device("cuda")
-        reasons = [str(w.message).strip().splitlines()[0] for w in caught if "CUDA" in str(w.message)]
-        why = (f"torch {torch.__version__} is a CPU build" if torch.version.cuda is None
-               else reasons[0] if reasons else "no CUDA device is visible")
-        print(f"{os.path.basename(sys.argv[0])}: --cuda: {why}; running on the CPU", file=sys.stderr)
-    return torch.device("cpu")
-
-
-def make_writer(args: Args, run_name: str, started: float) -> SummaryWriter:
-    """TensorBoard (and wandb with --track), closed at exit: what was logged is kept after Ctrl-C or an error."""
-    if args.track:
-        import wandb
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=vars(args), name=run_name, save_code=True)
-        atexit.register(wandb.finish)
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_scalar = ctrl_c_held(writer.add_scalar)  # a Ctrl-C waits for the write in progress
-    writer.add_scalar = stop_if_diverged(writer.add_scalar, args)  # a NaN loss stops the run
-    # one point whose wall time is the run's start: time to a given return counts from it, set-up and
-    # compilation before the first logged value included
-    writer.add_scalar("charts/start", 0, 0, walltime=started)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
-    atexit.register(writer.close)  # registered last, runs first: before wandb.finish
-    return writer
-
-
-def diverged(what: str, args: Args, step: int | None = None) -> None:
-    """Training diverged: every update after a NaN is NaN too, so the run stops. One line names the step, what is
-    not a finite number and the learning rates; exit code 3; what was logged is kept (the writer closes at exit)."""
-    for bar in list(getattr(tqdm.tqdm, "_instances", ())):
-        bar.close()  # the progress bar's line ends before the message's
-    rates = ", ".join(f"--{name.replace('_', '-')} {value:g}" for name, value in vars(args).items()
-                      if isinstance(value, float) and (name.endswith("_lr") or name == "learning_rate"))
-    print(f"{os.path.basename(sys.argv[0])}: error: step {step}: {what}: training diverged; a smaller learning rate "
-          f"({rates}) may help", file=sys.stderr)
-    sys.exit(3)
-
-
-def stop_if_diverged(write, args: Args):
-    """`write` (the writer's add_scalar) that stops the run (`diverged`) once a loss it logs is not a finite
-    number, after writing it."""
-
-    def checked(tag, value, step=None, *more, **kwargs):
-        written = write(tag, value, step, *more, **kwargs)
-        if tag.startswith("losses/") and not math.isfinite(float(value)):
-            diverged(f"{tag} is {float(value)}", args, step)
-        return written
-    return checked
-
-
-def ctrl_c_held(write):
-    """`write` with a Ctrl-C held until it returns, then raised again: a KeyboardInterrupt raised inside the
-    locks of TensorBoard's queue can leave its writer thread asleep, and the run hung at exit (writer.close)."""
-
-    def held(*args, **kwargs):
-        caught = []
-        previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
-        try:
-            return write(*args, **kwargs)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            if caught:
-                signal.raise_signal(signal.SIGINT)
-    return held
-
-
-class Speed:
-    """`charts/SPS` over a window that starts `warmup_steps` after `start_step`, once the warm-up
-    (compilation, CUDA-graph capture) is over; `charts/warmup_time` is the time before it. With `busy` (what the
-    warm-up does), a line says so when it starts and how long it took when it ends."""
-
-    def __init__(self, writer: SummaryWriter, start_step: int, warmup_steps: int, busy: str | None = None):
-        self.writer, self.steps, self.times, self.busy = writer, (start_step, start_step + warmup_steps), {}, busy
-
-    def tick(self, step: int) -> None:
-        if step in self.steps:
-            self.times[step] = time.perf_counter()
-            if step == self.steps[0] and self.busy:  # a line above the progress bar, which stalls meanwhile
-                tqdm.tqdm.write(f"warm-up: {self.busy}; fps are counted after it", file=sys.stderr)
-            if step == self.steps[1]:
-                warmup = self.times[step] - self.times[self.steps[0]]
-                self.writer.add_scalar("charts/warmup_time", warmup, step)
-                if self.busy:
-                    tqdm.tqdm.write(f"warm-up done in {warmup:.1f} s", file=sys.stderr)
-
-    def log(self, step: int) -> float | None:
-        if step <= self.steps[1] or self.steps[1] not in self.times:
-            return None
-        sps = (step - self.steps[1]) / (time.perf_counter() - self.times[self.steps[1]])
-        self.writer.add_scalar("charts/SPS", sps, step)
-        return sps
-
-
-def parse_args(argv: list[str] | None = None) -> Args:
-    """tyro's command line, where a mistake stops in one line: an unknown flag names the nearest real ones (by
-    name, or by the words of their help: --learning-rate finds the flags whose help says "learning rate"), and a
-    value tyro cannot read is named in tyro's own words, without its box. --help is tyro's."""
-    import contextlib
-    import difflib
-    import inspect
-    import io
-    import itertools
-    import re
-
-    drawn = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(drawn):  # tyro draws an error in a box: its first lines are kept
-            args, unknown = tyro.cli(Args, args=argv, return_unknown_args=True)
-    except SystemExit as err:
-        if not err.code:  # --help
-            raise
-        lines = [line.strip("│╭╮╰╯ ") for line in drawn.getvalue().splitlines()[1:]]
-        said = " ".join(line for line in itertools.takewhile(lambda line: not line.startswith("─"), lines) if line)
-        fail(said or "the command line cannot be read; --help lists the flags")
-    if unknown:
-        flag = unknown[0].split("=")[0]
-        if not flag.startswith("-"):
-            fail(f"{flag!r} is neither a flag nor a flag's value; --help lists the flags")
-        helps = {"--" + name.replace("_", "-"): text.lower().split()
-                 for name, text in re.findall(r'^    (\w+):.*\n    """(.*?)"""', inspect.getsource(Args), flags=re.M)}
-        near = [name for name, words in helps.items() if all(w in words for w in flag.lstrip("-").split("-"))]
-        near += [name for name in difflib.get_close_matches(flag, helps, n=3, cutoff=0.75) if name not in near]
-        near = near[:3]
-        fail(f"{flag}: no such flag" + (f"; did you mean {', '.join(near[:-1]) + ' or ' * (len(near) > 1) + near[-1]}?"
-                                        if near else "; --help lists the flags"))
-    return args
-
-
-def run(argv: list[str] | None = None) -> None:
-    """What `python leanrl/<this file>.py` does: read the command line, train, and end a run that diverged or
-    was interrupted in one line."""
-    cli = parse_args(argv)
-    try:
-        main(cli)
-    except ValueError as err:
-        # torch.distributions refuses parameters that are not finite numbers: training diverged before a
-        # logged loss could show it
-        if "found invalid values" not in str(err):
-            raise
-        import traceback
-
-        steps = [frame.f_locals["global_step"] for frame, _ in traceback.walk_tb(err.__traceback__)
-                 if "global_step" in frame.f_locals]  # main()'s step when the error was raised
-        diverged("a distribution's parameters are not finite numbers", cli, steps[-1] if steps else None)
-    except BaseException as err:
-        # a Ctrl-C inside a tensordict `to_module` context leaves it as a RuntimeError: look down the chain
-        while err is not None and not isinstance(err, KeyboardInterrupt):
-            err = err.__context__
-        if err is None:
-            raise
-        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
-        sys.exit(130)
-
-
 if __name__ == "__main__":
-    run()
+    harness.run(main, Args, check_args)

@@ -71,13 +71,13 @@ def play(env, act, episodes: int, seed: int, stats=None) -> list[float]:
     `stats` (the script's EpisodeStats), an envpool one, whose whole games (unclipped rewards) are counted."""
     returns = []
     with torch.no_grad():
-        if stats is not None:  # envpool, first: its gymnasium envs are a gym.Env too (a vector env as well)
+        if stats is not None:  # envpool: its games counted by the script's EpisodeStats
             env.single_action_space.seed(seed)
             obs, _ = env.reset()
             while len(returns) < episodes:
                 obs, _, terminated, truncated, info = env.step(act(obs))
                 returns += [r for _, r, _ in stats.update(info, terminated, truncated)]
-        elif isinstance(env, gym.Env):
+        elif not isinstance(env, gym.vector.VectorEnv):  # one environment (envpool's pools are gym.Envs too)
             obs, _ = env.reset(seed=seed)
             while len(returns) < episodes:
                 obs, _, _, _, info = env.step(act(obs))

@@ -59,7 +59,7 @@ def test_same_seed_same_numbers(twin, cached_run, tmp_path):
 @pytest.mark.slow
 def test_learns_cartpole(tmp_path):
     """test_dqn's learning test, run on the twin: the same budget, thresholds and evaluation."""
-    # the saved network is a torch checkpoint converted from the flax params, played back by evals.py
+    # the saved network is a torch checkpoint converted from the flax params; the run plays the flax params back
     learns_and_plays_back(("dqn_jax",), LEARN, cwd=tmp_path, threshold=THRESHOLD, from_step=25000,
                           eval_threshold=EVAL_THRESHOLD)
 
@@ -197,7 +197,7 @@ def run_main(module, args, cwd) -> tuple[Run, dict]:
 def test_first_updates_match_the_eager_script(twin, args, monkeypatch, tmp_path):
     args = args + ("--save-model",)
     eager, jax_twin = load_script(EAGER_OF[twin]), load_script(twin)
-    monkeypatch.setattr(evals, "evaluate", lambda *a, **k: [])  # the checkpoints are compared, not played
+    monkeypatch.setattr(evals, "play", lambda *a, **k: [])  # the checkpoints are compared, not played
     recorded = {"draws": []}
 
     class RecordingQNetwork(eager.QNetwork):
