@@ -169,6 +169,7 @@ def main(args: Args) -> None:
     # env setup
     env = make_env(args.env_id, args.seed, args.capture_video, run_name)
 
+    # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
     q_network = QNetwork(env).to(device)
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate)
     target_network = copy.deepcopy(q_network)  # the target starts as an exact copy
@@ -241,12 +242,10 @@ def main(args: Args) -> None:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         torch.save({"algo": "dqn", "args": asdict(args), "q_network": q_network.state_dict()}, model_path)
         print(f"model saved to {model_path}")
-        eval_env, rng = make_env(args.env_id, args.seed), random.Random(args.seed)
-
-        def act(obs):  # ε-greedy with a small ε, as CleanRL's evaluation plays it
-            if rng.random() < evals.EVAL_EPSILON:
-                return eval_env.action_space.sample()
-            return q_network(torch.as_tensor(obs, device=device, dtype=torch.float32)[None]).argmax().item()
+        eval_env = make_env(args.env_id, args.seed)  # ε-greedy with a small ε, as CleanRL's evaluation plays it
+        act = evals.epsilon_greedy(
+            lambda obs: q_network(torch.as_tensor(obs, device=device, dtype=torch.float32)[None]).argmax().item(),
+            eval_env.action_space.sample, args.seed)
         for idx, episodic_return in enumerate(evals.play(eval_env, act, args.eval_episodes, args.seed)):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 

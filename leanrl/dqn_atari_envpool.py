@@ -24,7 +24,6 @@ How it differs from CleanRL's script (which uses gymnasium's Atari wrappers):
 import copy
 import os
 import random
-import sys
 import time
 from dataclasses import asdict, dataclass
 from types import SimpleNamespace
@@ -105,6 +104,7 @@ def check_args(args: Args) -> None:
         harness.fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
     if args.batch_size > args.buffer_size:
         harness.fail(f"--batch-size ({args.batch_size}) must not exceed --buffer-size ({args.buffer_size})")
+    harness.no_video_with_envpool(args)  # envpool renders no frames
 
 
 def make_envs(args: Args, num_envs: int = 1, seed: int | None = None):
@@ -180,10 +180,6 @@ class ReplayBuffer:
         # the batches are drawn from a generator of their own: exploring does not shift them
         self.generator = torch.Generator().manual_seed(seed)
 
-    def start(self, obs, info):
-        """The first observation of the run (one env)."""
-        self.write_obs(obs[0], game_start=True)
-
     def add(self, action, reward, terminated, truncated, next_obs, info):
         p = self.pos
         self.actions[p], self.rewards[p], self.dones[p] = int(action), float(reward), float(terminated)
@@ -229,8 +225,6 @@ def main(args: Args) -> None:
 
     # env setup
     envs = make_envs(args)
-    if args.capture_video:
-        print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
     envs.single_action_space.seed(args.seed)
     episode_stats = EpisodeStats(1)
 
@@ -247,7 +241,7 @@ def main(args: Args) -> None:
 
     # TRY NOT TO MODIFY: start the game
     obs, info = envs.reset()
-    rb.start(obs, info)
+    rb.write_obs(obs[0], game_start=True)  # the run's first observation (one env)
     for global_step in progress:
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
@@ -304,12 +298,10 @@ def main(args: Args) -> None:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         torch.save({"algo": "dqn_atari", "args": asdict(args), "q_network": q_network.state_dict()}, model_path)
         print(f"model saved to {model_path}")
-        eval_envs, rng = make_envs(args), random.Random(args.seed)
-
-        def act(obs):  # ε-greedy with a small ε, as CleanRL's evaluation plays it; whole games are counted
-            if rng.random() < evals.EVAL_EPSILON:
-                return np.array([eval_envs.single_action_space.sample()])
-            return q_network(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
+        eval_envs = make_envs(args)  # ε-greedy with a small ε, as CleanRL's evaluation plays it; whole games count
+        act = evals.epsilon_greedy(
+            lambda obs: q_network(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy(),
+            lambda: np.array([eval_envs.single_action_space.sample()]), args.seed)
         for idx, episodic_return in enumerate(evals.play(eval_envs, act, args.eval_episodes, args.seed,
                                                          stats=EpisodeStats(1))):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)

@@ -42,7 +42,6 @@ What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 import math
 import os
 import random
-import sys
 import time
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -125,6 +124,7 @@ def check_args(args: Args) -> None:
         harness.fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
     if args.batch_size > args.buffer_size:
         harness.fail(f"--batch-size ({args.batch_size}) must not exceed --buffer-size ({args.buffer_size})")
+    harness.no_video_with_envpool(args)  # envpool renders no frames
 
 
 def make_envs(args: Args, num_envs: int = 1, seed: int | None = None):
@@ -359,8 +359,6 @@ def main(args: Args) -> None:
 
     # env setup
     envs = make_envs(args)
-    if args.capture_video:
-        print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
     envs.single_action_space.seed(args.seed)
     episode_stats = EpisodeStats(1)
     frame_shape = envs.single_observation_space.shape[1:]
@@ -470,12 +468,9 @@ def main(args: Args) -> None:
         q_network_state = to_torch_state_dict(state.params)
         torch.save({"algo": "dqn_atari", "args": asdict(args), "q_network": q_network_state}, model_path)
         print(f"model saved to {model_path}")
-        eval_envs, rng = make_envs(args), random.Random(args.seed)
-
-        def act(obs):  # ε-greedy with a small ε, as CleanRL's evaluation plays it; whole games are counted
-            if rng.random() < evals.EVAL_EPSILON:
-                return np.array([eval_envs.single_action_space.sample()])
-            return np.asarray(greedy_action(state.params, obs))
+        eval_envs = make_envs(args)  # ε-greedy with a small ε, as CleanRL's evaluation plays it; whole games count
+        act = evals.epsilon_greedy(lambda obs: np.asarray(greedy_action(state.params, obs)),
+                                   lambda: np.array([eval_envs.single_action_space.sample()]), args.seed)
         for idx, episodic_return in enumerate(evals.play(eval_envs, act, args.eval_episodes, args.seed,
                                                          stats=EpisodeStats(1))):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)

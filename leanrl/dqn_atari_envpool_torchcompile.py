@@ -48,7 +48,6 @@ What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 
 import os
 import random
-import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -135,6 +134,7 @@ def check_args(args: Args) -> None:
         harness.fail(f"--total-timesteps ({args.total_timesteps}) must exceed --learning-starts ({args.learning_starts})")
     if args.batch_size > args.buffer_size:
         harness.fail(f"--batch-size ({args.batch_size}) must not exceed --buffer-size ({args.buffer_size})")
+    harness.no_video_with_envpool(args)  # envpool renders no frames
 
 
 def make_envs(args: Args, num_envs: int = 1, seed: int | None = None):
@@ -213,10 +213,6 @@ class ReplayBuffer:
         # the batches are drawn from a generator of their own: exploring does not shift them
         self.generator = torch.Generator().manual_seed(seed)
 
-    def start(self, obs, info):
-        """The first observation of the run (one env)."""
-        self.write_obs(obs[0], game_start=True)
-
     def add(self, action, reward, terminated, truncated, next_obs, info):
         p = self.pos
         self.actions[p], self.rewards[p], self.dones[p] = int(action), float(reward), float(terminated)
@@ -270,13 +266,10 @@ def main(args: Args) -> None:
 
     # env setup
     envs = make_envs(args)
-    if args.capture_video:
-        print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
     envs.single_action_space.seed(args.seed)
     episode_stats = EpisodeStats(1)
 
-    # the network is built on the CPU and moved, as in the eager script: the same initial weights, drawn
-    # from the CPU generator, on any device
+    # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
     q_network = QNetwork(envs).to(device, memory_format=torch.channels_last)  # [2] see QNetwork.forward
     q_params = from_module(q_network).data  # [3], [5] detached views of the weights, shared storage
     # [4] fused: one call per step over every weight, its state on the device; capturable under CUDA graphs
@@ -342,12 +335,12 @@ def main(args: Args) -> None:
 
     # TRY NOT TO MODIFY: start the game
     obs, info = envs.reset()
-    rb.start(obs, info)
+    rb.write_obs(obs[0], game_start=True)  # the run's first observation (one env)
     for global_step in progress:
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
-        # ε-greedy on the host, as in the eager script: the actions come back every step anyway, so the
-        # branch costs no sync, and an exploring step runs no CNN (a device-side pick would run it always)
+        # [3] ε-greedy stays on the host, as in the eager script: the actions come back every step anyway, so
+        # the branch costs no sync, and an exploring step runs no CNN (a device-side pick would run it always)
         if random.random() < epsilon:
             actions = np.array([envs.single_action_space.sample()])
         else:
@@ -382,6 +375,7 @@ def main(args: Args) -> None:
                         writer.add_scalar(f"losses/{key}", value.item(), global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
                     progress.log(global_step, episodic_return)
+                # [6] no optimizer step here: update() took it
 
             # update target network
             if global_step % args.target_network_frequency == 0:
@@ -391,12 +385,10 @@ def main(args: Args) -> None:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         torch.save({"algo": "dqn_atari", "args": asdict(args), "q_network": q_network.state_dict()}, model_path)
         print(f"model saved to {model_path}")
-        eval_envs, rng = make_envs(args), random.Random(args.seed)
-
-        def act(obs):  # ε-greedy with a small ε, as CleanRL's evaluation plays it; whole games are counted
-            if rng.random() < evals.EVAL_EPSILON:
-                return np.array([eval_envs.single_action_space.sample()])
-            return q_network(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
+        eval_envs = make_envs(args)  # ε-greedy with a small ε, as CleanRL's evaluation plays it; whole games count
+        act = evals.epsilon_greedy(
+            lambda obs: q_network(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy(),
+            lambda: np.array([eval_envs.single_action_space.sample()]), args.seed)
         for idx, episodic_return in enumerate(evals.play(eval_envs, act, args.eval_episodes, args.seed,
                                                          stats=EpisodeStats(1))):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)

@@ -372,12 +372,9 @@ def main(args: Args) -> None:
         # the eager script's checkpoint: its network's state_dict, converted from the flax params
         torch.save({"algo": "dqn", "args": asdict(args), "q_network": to_torch_state_dict(state.params)}, model_path)
         print(f"model saved to {model_path}")
-        eval_env, rng = make_env(args.env_id, args.seed), random.Random(args.seed)
-
-        def act(obs):  # ε-greedy with a small ε, as CleanRL's evaluation plays it
-            if rng.random() < evals.EVAL_EPSILON:
-                return eval_env.action_space.sample()
-            return int(greedy_action(state.params, np.asarray(obs, np.float32)[None]))
+        eval_env = make_env(args.env_id, args.seed)  # ε-greedy with a small ε, as CleanRL's evaluation plays it
+        act = evals.epsilon_greedy(lambda obs: int(greedy_action(state.params, np.asarray(obs, np.float32)[None])),
+                                   eval_env.action_space.sample, args.seed)
         for idx, episodic_return in enumerate(evals.play(eval_env, act, args.eval_episodes, args.seed)):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 

@@ -232,8 +232,7 @@ def main(args: Args) -> None:
     # env setup
     env = make_env(args.env_id, args.seed, args.capture_video, run_name)
 
-    # the network is built on the CPU and moved, as in the eager script: the same initial weights, drawn
-    # from the CPU generator, on any device
+    # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
     q_network = QNetwork(env).to(device)
     q_params = from_module(q_network).data  # [3], [5] detached views of the weights, shared storage
     # [4] fused: one call per step over every weight, its state on the device; capturable under CUDA graphs
@@ -302,9 +301,9 @@ def main(args: Args) -> None:
     for global_step in progress:
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
-        # ε-greedy on the host, as in the eager script: with one environment the action comes back every
-        # step anyway, so the branch costs no sync, and an exploring step runs no network (picking on the
-        # device, with no branch, would run the network at every step)
+        # [3] ε-greedy stays on the host, as in the eager script: with one environment the action comes back
+        # every step anyway, so the branch costs no sync, and an exploring step runs no network (picking on
+        # the device, with no branch, would run the network at every step)
         if random.random() < epsilon:
             action = env.action_space.sample()
         else:
@@ -342,6 +341,7 @@ def main(args: Args) -> None:
                         writer.add_scalar(f"losses/{key}", value.item(), global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
                     progress.log(global_step, episodic_return)
+                # [6] no optimizer step here: update() took it
 
             # update target network
             if global_step % args.target_network_frequency == 0:
@@ -351,12 +351,10 @@ def main(args: Args) -> None:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         torch.save({"algo": "dqn", "args": asdict(args), "q_network": q_network.state_dict()}, model_path)
         print(f"model saved to {model_path}")
-        eval_env, rng = make_env(args.env_id, args.seed), random.Random(args.seed)
-
-        def act(obs):  # ε-greedy with a small ε, as CleanRL's evaluation plays it
-            if rng.random() < evals.EVAL_EPSILON:
-                return eval_env.action_space.sample()
-            return q_network(torch.as_tensor(obs, device=device, dtype=torch.float32)[None]).argmax().item()
+        eval_env = make_env(args.env_id, args.seed)  # ε-greedy with a small ε, as CleanRL's evaluation plays it
+        act = evals.epsilon_greedy(
+            lambda obs: q_network(torch.as_tensor(obs, device=device, dtype=torch.float32)[None]).argmax().item(),
+            eval_env.action_space.sample, args.seed)
         for idx, episodic_return in enumerate(evals.play(eval_env, act, args.eval_episodes, args.seed)):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
 

@@ -24,7 +24,6 @@ How it differs from CleanRL's `ppo_atari_envpool.py`:
 
 import os
 import random
-import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -120,6 +119,7 @@ def check_args(args: Args) -> None:
         harness.fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
     if args.total_timesteps < batch:
         harness.fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch (--num-envs x --num-steps = {batch})")
+    harness.no_video_with_envpool(args)  # envpool renders no frames
 
 
 def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):
@@ -226,8 +226,6 @@ def main(args: Args) -> None:
 
     # env setup
     envs = make_envs(args)
-    if args.capture_video:
-        print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
 
     # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
     agent = Agent(envs).to(device)

@@ -65,7 +65,6 @@ What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 
 import os
 import random
-import sys
 import time
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -164,6 +163,7 @@ def check_args(args: Args) -> None:
         harness.fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
     if args.total_timesteps < batch:
         harness.fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch (--num-envs x --num-steps = {batch})")
+    harness.no_video_with_envpool(args)  # envpool renders no frames
 
 
 def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):
@@ -464,8 +464,6 @@ def main(args: Args) -> None:
 
     # env setup
     envs = make_envs(args)
-    if args.capture_video:
-        print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
 
     agent = Agent(action_n=int(envs.single_action_space.n))
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84): the network sees it NHWC

@@ -48,7 +48,6 @@ others with an error within `--dist-timeout` seconds.
 import datetime
 import os
 import random
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -164,6 +163,7 @@ def check_args(args: Args) -> None:
                      f"{world_size} x --num-envs x --num-steps = {batch * world_size})")
     if batch % args.num_minibatches != 0:
         harness.fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
+    harness.no_video_with_envpool(args)  # envpool renders no frames
 
 
 def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):
@@ -329,8 +329,6 @@ def main(args: Args) -> None:
 
     # env setup: each rank its own environments
     envs = make_envs(args, seed=args.seed + rank)
-    if args.capture_video and rank == 0:
-        print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
 
     # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
     agent = Agent(envs).to(device, memory_format=torch.channels_last)  # [2] see Agent.frames

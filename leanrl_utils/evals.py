@@ -64,6 +64,13 @@ def freeze_normalization(envs: gym.vector.SyncVectorEnv, obs_rms: dict) -> None:
         env.update_running_mean = False
 
 
+def epsilon_greedy(greedy, explore, seed: int):
+    """DQN's evaluation rule (CleanRL's): `explore()`, a random action, with probability EVAL_EPSILON (drawn from
+    its own random.Random(seed)), else `greedy(obs)`: the act function `play` takes."""
+    rng = random.Random(seed)
+    return lambda obs: explore() if rng.random() < EVAL_EPSILON else greedy(obs)
+
+
 def play(env, act, episodes: int, seed: int, stats=None) -> list[float]:
     """Play `episodes` episodes with `act` (observations -> actions, numpy in and out, called without
     gradients) and return their returns. `env` is one gymnasium environment with episode statistics, or a

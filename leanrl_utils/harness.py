@@ -225,6 +225,13 @@ def pick_rank_device(args, local_rank: int) -> torch.device:
     return torch.device("cuda", gpus[local_rank])
 
 
+def no_video_with_envpool(args) -> None:
+    """envpool renders no frames: --capture-video says so once (rank 0's line in a multi-process run), and the run
+    goes on without a video."""
+    if args.capture_video and int(os.environ.get("RANK", "0")) == 0:
+        print("warning: --capture-video is not supported with envpool; no video is recorded", file=sys.stderr)
+
+
 def inductor_options(device: torch.device, torch_version: str = torch.__version__) -> dict | None:
     """inductor's settings for compiling SAC's and TD3's updates: none, but on CUDA with torch before 2.12. There
     inductor crashes compiling a function that mixes foreach kernels (the Adam written out, the target networks'

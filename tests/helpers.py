@@ -364,7 +364,7 @@ def assert_frame_buffer_returns_what_a_naive_buffer_returns(replay_buffer):
                         seed=3, max_episode_steps=150)
     rb = replay_buffer(capacity, (84, 84), torch.device("cpu"), seed=0)
     obs, info = envs.reset()
-    rb.start(obs, info)
+    rb.write_obs(obs[0], game_start=True)  # the first observation, as main() writes it
     naive, obs_done, rng, ends = [], False, np.random.default_rng(0), {"life": 0, "game": 0, "truncated": 0}
     for _ in range(steps):
         action = rng.integers(0, envs.single_action_space.n, size=1)

@@ -9,7 +9,7 @@ touch CUDA, and each run here stops before its writer is made, so nothing else o
 
 import pytest
 import torch
-from helpers import CHECKED, SPECS, assert_user_error, load_script, run_in_process
+from helpers import CHECKED, SPECS, assert_user_error, run_in_process
 
 from leanrl_utils import harness
 
@@ -56,13 +56,12 @@ def test_the_update_is_compiled_with_the_harness_s_inductor_settings(script, tmp
     """pytorch/pytorch#176591 (fixed in 2.12) crashes the compilation of SAC's and TD3's update on CUDA with older
     torch: main() hands torch.compile, for the update, what harness.inductor_options gives for its device (with
     the installed torch on this CPU: nothing; played as torch 2.11 on CUDA: loop ordering off)."""
-    module = load_script(script)
     handed = []
 
     def recording_compile(fn, *args, **kwargs):
         handed.append(kwargs.get("options"))
         raise _Started
-    monkeypatch.setattr(module.torch, "compile", recording_compile)
+    monkeypatch.setattr(torch, "compile", recording_compile)
     run_in_process(script, *SPECS[script].short, "--compile", cwd=tmp_path)
     assert handed == [None]
     monkeypatch.setattr(harness, "inductor_options", lambda device: {"loop_ordering_after_fusion": device.type})

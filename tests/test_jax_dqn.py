@@ -351,8 +351,8 @@ class TwinFrameBuffer:
                            write=jax.jit(self.twin.write, donate_argnums=0), stacks=jax.jit(self.twin.stacks),
                            sample=jax.jit(self.twin.sample, static_argnums=2))
 
-    def start(self, obs, info):
-        self.rb = self.jitted["start"](self.rb, obs[0, -1], True)
+    def write_obs(self, obs, game_start):
+        self.rb = self.jitted["start"](self.rb, obs[-1], game_start)
 
     def add(self, action, reward, terminated, truncated, next_obs, info):
         self.staged.add(action, reward, terminated, truncated, next_obs[0, -1], info["elapsed_step"][0] == 0)

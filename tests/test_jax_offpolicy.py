@@ -4,6 +4,8 @@ update's losses equal the eager script's from the same weights, batch and random
 updates every weight, the target networks' included), main() moves the targets on the eager script's steps,
 and both twins learn Pendulum as the PyTorch pair does (the same task, budget and threshold as test_offpolicy)."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +16,7 @@ from helpers import assert_identical_logs, check_flag_run, learns_and_plays_back
 # the PyTorch pair's runs (test_offpolicy.py's)
 from helpers import (OFF_POLICY_LEARN as LEARN, OFF_POLICY_SHORT as SHORT, OFF_POLICY_TAGS as TAGS,  # noqa: E402
                      OFF_POLICY_THRESHOLD as THRESHOLD, off_policy_eager as eager, register_inverted_pendulum_short)
+from leanrl_utils import harness  # noqa: E402
 
 register_inverted_pendulum_short()  # InvertedPendulumShort-v4, for the buffer test
 
@@ -109,7 +112,7 @@ def run_eager_first_update(pair: str, monkeypatch, tmp_path, record_draw, update
     update makes) appends to."""
     module = load_script(eager(pair))
     recorded = dict(nets=[], writers=[], batches=[], targets=[])
-    deepcopy = module.copy.deepcopy
+    deepcopy = copy.deepcopy
 
     def recording_deepcopy(x, memo=None):
         out = deepcopy(x, memo)
@@ -141,8 +144,8 @@ def run_eager_first_update(pair: str, monkeypatch, tmp_path, record_draw, update
     for name in ("Actor", "SoftQNetwork" if pair == "sac" else "QNetwork"):
         monkeypatch.setattr(module, name, recording(getattr(module, name)))
     monkeypatch.setattr(module, "ReplayBuffer", Buffer)
-    monkeypatch.setattr(module, "SummaryWriter", writer)
-    monkeypatch.setattr(module.copy, "deepcopy", recording_deepcopy)
+    monkeypatch.setattr(harness, "make_writer", writer)
+    monkeypatch.setattr(copy, "deepcopy", recording_deepcopy)
     monkeypatch.chdir(tmp_path)
     record_draw()
     module.main(module.Args(env_id="Pendulum-v1", total_timesteps=100 + updates, learning_starts=99, seed=7, cuda=False,

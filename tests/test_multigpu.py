@@ -19,6 +19,7 @@ import torch
 from helpers import ENV, GPU_ENV, MODES, SCRIPT_DIR, Run, RunCache, assert_close_logs, cuda_device_count, load_script, \
     with_flag
 
+from leanrl_utils import harness
 from leanrl_utils.machine import free_port
 
 EAGER, FAST = "ppo_atari_envpool_multigpu", "ppo_atari_envpool_multigpu_torchcompile"
@@ -317,17 +318,17 @@ def test_nccl_ranks_that_would_share_a_gpu_are_refused(script, monkeypatch, caps
     collective), so the choice stops with one line saying what to do; with gloo they may share it; 2 GPUs
     give one each."""
     module = load_script(script)
-    monkeypatch.setattr(module.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(module.torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     with pytest.raises(SystemExit) as stop:
-        module.harness.pick_rank_device(module.Args(world_size=2), local_rank=1)
+        harness.pick_rank_device(module.Args(world_size=2), local_rank=1)
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert stop.value.code == 2 and "--backend nccl:" in last and "one rank per GPU" in last, last
     gloo = module.Args(world_size=2, backend="gloo")
-    assert module.harness.pick_rank_device(gloo, local_rank=1) == torch.device("cuda", 0)
-    monkeypatch.setattr(module.torch.cuda, "device_count", lambda: 2)
-    assert module.harness.pick_rank_device(module.Args(world_size=2), local_rank=1) == torch.device("cuda", 1)
+    assert harness.pick_rank_device(gloo, local_rank=1) == torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert harness.pick_rank_device(module.Args(world_size=2), local_rank=1) == torch.device("cuda", 1)
 
 
 @pytest.mark.gpu
