@@ -8,7 +8,7 @@ over (its progress bar shows fps, which it does from the first `charts/SPS` on),
 outside for `--seconds`, or longer where the run logs its fps less often (the window holds four points).
 A sample of the main thread counts for:
 - environment: any frame in gymnasium, envpool or MuJoCo (the wrappers included);
-- logging: TensorBoard, tqdm, wandb, the scripts' Speed and episode bookkeeping, explained variance;
+- logging: TensorBoard, tqdm, wandb, the harness's writer and progress bar, episode bookkeeping, explained variance;
 - storage: the replay buffer (writes and sampling), the rollout's writes;
 - acting: the policy's forward pass and its transfers (what runs between the observation and the action);
 - environment + acting: JAX's Atari twin steps envpool inside its jitted rollout, the two in one call;
@@ -85,12 +85,13 @@ MODES = {"eager": ("", []), "compile": ("_torchcompile", ["--compile"]), "jax": 
 CATEGORIES = ["environment", "acting", "environment + acting", "storage", "update", "logging", "other"]
 
 ENV_LIBS = ("gymnasium/", "envpool/", "mujoco/")
-LOG_LIBS = ("torch/utils/tensorboard", "tensorboard/", "tqdm/", "wandb/")
-LOG_FUNCTIONS = re.compile(r"^(Speed\.|make_writer|ctrl_c_held|held$|EpisodeStats\.|NoWriter\.|gather$)")
+# the harness (leanrl_utils/harness.py) is the scripts' writer and progress bar, in the loop
+LOG_LIBS = ("torch/utils/tensorboard", "tensorboard/", "tqdm/", "wandb/", "leanrl_utils/harness.py")
+LOG_FUNCTIONS = re.compile(r"^(EpisodeStats\.|NoWriter\.|gather$)")
 STORAGE_FUNCTIONS = re.compile(r"^(ReplayBuffer\.|FrameBuffer\.|Buffer\.)")
 # the leaf statement of main() a sample is on: first match wins
 LEAF_RULES = [
-    ("logging", r"writer\.add|speed\.(log|tick)|pbar\.|set_postfix|explained_var|np\.var|y_pred|\bkept\b|print\(|"
+    ("logging", r"writer\.add|progress\.(log|tick|update)|explained_var|np\.var|y_pred|\bkept\b|print\(|"
                 r"episode_stats|\bgames\b|device_get"),
     ("environment", r"\benvs?\.(step|reset)\("),
     # the JAX DQN twins' jitted update also writes the staged steps into the buffer: the call is the update

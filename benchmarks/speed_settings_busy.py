@@ -9,7 +9,7 @@ round starting its settings one further along, so that no setting always follows
 - `2 threads (before)`: `OMP_NUM_THREADS` pinned to the cores, what the scripts ran with before they chose
   their threads (torch's default: one thread per core);
 - `1 thread`: `OMP_NUM_THREADS=1`;
-- `default`: nothing set: the scripts' `pick_threads`, which cuts torch's threads to the cores other programs
+- `default`: nothing set: the harness's `pick_threads` (every script's), which cuts torch's threads to the cores other programs
   leave free when the run starts.
 The tasks: the README's first run (SAC on Pendulum-v1 with `--compile`, learning from step 1000) and its main
 job (SAC on HalfCheetah-v4 with `--compile --cudagraphs`, learning from step 5000), each for `--updates`

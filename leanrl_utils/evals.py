@@ -103,56 +103,38 @@ def play(env, act, episodes: int, seed: int, stats=None) -> list[float]:
 
 
 def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: str | torch.device = "cpu"):
-    """Play `eval_episodes` episodes with the saved policy; returns their returns. SAC acts with its mean
-    action, TD3 with its exploration noise and DQN ε-greedily with ε = 0.05 (as CleanRL's evaluations
-    do), continuous PPO with its mean action under the frozen training normalization; Atari PPO samples
-    its actions (as in training); Atari DQN plays ε-greedily too; both count whole games."""
+    """Play `eval_episodes` episodes with the saved policy, rebuilt with the eager script's network; returns
+    their returns. SAC acts with its mean action, TD3 with its exploration noise and DQN ε-greedily with
+    ε = 0.05 (as CleanRL's evaluations do), continuous PPO with its mean action under the frozen training
+    normalization; Atari PPO samples its actions (as in training); Atari DQN plays ε-greedily too; both count
+    whole games. For the tests and benchmarks: a script plays its own trained policy with `play`."""
     checkpoint = torch.load(model_path, map_location=device, weights_only=True)
     policy, saved, obs_rms = _load(checkpoint, device)
-    algo = checkpoint["algo"]
-    module = load_script(PAIRS[algo])
-    returns = []
-    with torch.no_grad():
-        if algo in ("sac", "td3", "dqn"):
-            env, rng = module.make_env(saved["env_id"], seed), random.Random(seed)
+    algo, module = checkpoint["algo"], load_script(PAIRS[checkpoint["algo"]])
 
-            def act(x):
-                if algo == "sac":
-                    return policy.get_action(x)[2][0].cpu().numpy()
-                if algo == "td3":
-                    action = policy(x)[0] + torch.normal(0, policy.action_scale * saved["exploration_noise"])
-                    return action.cpu().numpy().clip(env.action_space.low, env.action_space.high)
-                return env.action_space.sample() if rng.random() < EVAL_EPSILON else policy(x).argmax().item()
+    def x(obs, **kwargs):
+        return torch.as_tensor(obs, device=device, **kwargs)
 
-            obs, _ = env.reset(seed=seed)
-            while len(returns) < eval_episodes:
-                obs, _, _, _, info = env.step(act(torch.as_tensor(obs, device=device, dtype=torch.float32)[None]))
-                if "episode" in info:
-                    returns.append(float(info["episode"]["r"]))
-                    obs, _ = env.reset()
-        elif algo == "ppo_continuous":
-            env = module.make_envs(module.Args(env_id=saved["env_id"], gamma=saved["gamma"]), "", num_envs=1)
-            freeze_normalization(env, obs_rms)
-            obs, _ = env.reset(seed=seed)
-            while len(returns) < eval_episodes:
-                action = policy.actor_mean(torch.as_tensor(obs, device=device, dtype=torch.float32))
-                obs, _, _, _, infos = env.step(action.cpu().numpy())
-                if "final_info" in infos and "episode" in infos["final_info"]:
-                    finished = infos["final_info"]["_episode"]
-                    returns += [float(r) for r in infos["final_info"]["episode"]["r"][finished]]
-        else:  # Atari: whole games, unclipped rewards
-            env = module.make_envs(module.Args(env_id=saved["env_id"]), num_envs=1, seed=seed)
-            stats, rng = module.EpisodeStats(1), random.Random(seed)
-            env.single_action_space.seed(seed)
-            obs, _ = env.reset()
-            while len(returns) < eval_episodes:
-                if algo == "ppo_atari":
-                    action = policy.get_action_and_value(torch.as_tensor(obs, device=device))[0].cpu().numpy()
-                elif rng.random() < EVAL_EPSILON:
-                    action = np.array([env.single_action_space.sample()])
-                else:
-                    action = policy(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy()
-                obs, _, terminated, truncated, info = env.step(action)
-                returns += [r for _, r, _ in stats.update(info, terminated, truncated)]
-    env.close()
-    return returns[:eval_episodes]
+    if algo in ("sac", "td3", "dqn"):
+        env = module.make_env(saved["env_id"], seed)
+        one = lambda obs: x(obs, dtype=torch.float32)[None]  # noqa: E731
+        if algo == "sac":
+            act = lambda obs: policy.get_action(one(obs))[2][0].cpu().numpy()  # noqa: E731
+        elif algo == "td3":
+            noise = policy.action_scale * saved["exploration_noise"]
+            act = lambda obs: (policy(one(obs))[0] + torch.normal(0, noise)).cpu().numpy().clip(  # noqa: E731
+                env.action_space.low, env.action_space.high)
+        else:
+            act = epsilon_greedy(lambda obs: policy(one(obs)).argmax().item(), env.action_space.sample, seed)
+        return play(env, act, eval_episodes, seed)
+    if algo == "ppo_continuous":
+        env = module.make_envs(module.Args(env_id=saved["env_id"], gamma=saved["gamma"]), "", num_envs=1)
+        freeze_normalization(env, obs_rms)
+        return play(env, lambda obs: policy.actor_mean(x(obs, dtype=torch.float32)).cpu().numpy(), eval_episodes, seed)
+    env = module.make_envs(module.Args(env_id=saved["env_id"]), num_envs=1, seed=seed)  # Atari: whole games
+    if algo == "ppo_atari":
+        act = lambda obs: policy.get_action_and_value(x(obs))[0].cpu().numpy()  # noqa: E731
+    else:
+        act = epsilon_greedy(lambda obs: policy(x(obs)).argmax(dim=1).cpu().numpy(),
+                             lambda: np.array([env.single_action_space.sample()]), seed)
+    return play(env, act, eval_episodes, seed, stats=module.EpisodeStats(1))

@@ -227,11 +227,15 @@ PPO_LOSSES = ["losses/value_loss", "losses/policy_loss", "losses/entropy", "loss
 
 def learns_and_plays_back(script_args, learn_args, *, cwd: Path, threshold: float, last: int = 5,
                           from_step: int | None = None, eval_threshold: float | None = None,
-                          eval_episodes: int = 5) -> Run:
-    """A learning check: the run (saving its model, playing it back for `eval_episodes` episodes) averages
-    above `threshold` over its last `last` episodes, or over every episode from `from_step` on; and its
-    saved policy, played back, averages above `eval_threshold` (`threshold` unless given): a policy saved
-    or loaded wrong scores as a random one."""
+                          eval_episodes: int = 5, reload: bool = True) -> Run:
+    """A learning check: the run (saving its model, playing the trained policy for `eval_episodes` episodes)
+    averages above `threshold` over its last `last` episodes, or over every episode from `from_step` on; its
+    trained policy, played by --save-model, averages above `eval_threshold` (`threshold` unless given); and so
+    does its checkpoint, loaded into the eager script's network (evals.evaluate: a JAX twin's parameters
+    converted, a critic stacked or not) and played as long, unless `reload` is off: a policy saved, converted or
+    loaded wrong scores as a random one."""
+    from leanrl_utils import evals
+
     run = run_script(*script_args, *learn_args, "--save-model", "--eval-episodes", str(eval_episodes), cwd=cwd).check()
     returns = run.scalars["charts/episodic_return"]
     trained = [v for s, v in returns if s >= from_step] if from_step is not None else [v for _, v in returns][-last:]
@@ -240,6 +244,10 @@ def learns_and_plays_back(script_args, learn_args, *, cwd: Path, threshold: floa
     bar = threshold if eval_threshold is None else eval_threshold
     assert len(evaluated) == eval_episodes and sum(evaluated) / eval_episodes > bar, \
         f"evaluation: {evaluated}, training: {trained}"
+    if reload:
+        reloaded = evals.evaluate(str(next(run.run_dir.glob("*.pt"))), eval_episodes=eval_episodes, seed=1)
+        assert len(reloaded) == eval_episodes and sum(reloaded) / eval_episodes > bar, \
+            f"the checkpoint, loaded back: {reloaded}, the trained policy: {evaluated}"
     return run
 
 

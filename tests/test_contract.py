@@ -172,6 +172,36 @@ def test_a_script_stays_near_its_reference_s_length(script):
     assert lines <= MOST_LINES[script], f"{script}.py: {lines} lines, {MOST_LINES[script]} at most"
 
 
+def test_the_declared_surface():
+    """What the benchmarks, the tests and evals.load_policy use of a script is declared (SURFACE in
+    leanrl_utils/scripts.py), for every script; every declared name is there; and the loader refuses any other,
+    so that a script's insides can change without breaking a caller nobody knew of."""
+    from leanrl_utils.scripts import SURFACE
+
+    assert sorted(SURFACE) == CHECKED
+    for name, names in SURFACE.items():
+        assert [n for n in names if not hasattr(load_script(name).module, n)] == [], name
+    with pytest.raises(AttributeError, match=r"'linear_schedule' is not in the declared surface of leanrl/dqn\.py"):
+        load_script("dqn").linear_schedule
+
+
+def test_nothing_a_script_runs_loads_a_script_back():
+    """A script imports the harness and evals.play's module, and nothing of either loads a script: the loader
+    serves the benchmarks and tests (and load_policy, theirs) only."""
+    import inspect
+
+    from helpers import SCRIPT_DIR
+
+    for script in CHECKED:
+        text = (SCRIPT_DIR / f"{script}.py").read_text()
+        assert re.findall(r"^(?:from leanrl_utils\S* import .+|import leanrl_utils.*)$", text, re.M) == \
+            ["from leanrl_utils import evals, harness  # the contract's plumbing (flags, errors, device, logging), "
+             "playing a policy"], script
+    assert "load_script" not in inspect.getsource(harness)
+    for used in (evals.play, evals.epsilon_greedy, evals.freeze_normalization):
+        assert "load_script" not in inspect.getsource(used)
+
+
 def test_the_readme_stays_short():
     """The README is the quick start and the map: under 250 lines; the long rules live in docs/ (issue 52)."""
     from helpers import REPO

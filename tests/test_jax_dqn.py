@@ -84,8 +84,9 @@ ATARI_HALF = int(ATARI_LEARN[ATARI_LEARN.index("--total-timesteps") + 1]) // 2
 def test_atari_learns_seaquest(tmp_path):
     """The games that end in the second half average above the preset's threshold; the saved network
     loads and plays 2 games back (unscored: see above)."""
+    # (its checkpoint's conversion is checked against the flax network by test_checkpoint_conversion_plays_...)
     learns_and_plays_back(("dqn_atari_envpool_jax",), ATARI_LEARN, cwd=tmp_path, threshold=ATARI_TASK["threshold"],
-                          from_step=ATARI_HALF, eval_threshold=-math.inf, eval_episodes=2)
+                          from_step=ATARI_HALF, eval_threshold=-math.inf, eval_episodes=2, reload=False)
 
 
 # The cross-framework check. The eager script's main() runs in this process over its first four updates, with

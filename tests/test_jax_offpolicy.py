@@ -45,8 +45,8 @@ def test_same_seed_same_numbers(pair, cached_run, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("pair", TAGS)
 def test_learns_pendulum(pair, tmp_path):
-    # the checkpoint, converted to the eager script's state_dicts and played back by leanrl_utils/evals.py,
-    # swings the pendulum up as the trained policy did (a policy loaded wrong scores as a random one)
+    # the trained policy swings the pendulum up, and so does the checkpoint, converted to the eager script's
+    # state_dicts and loaded back into its networks (learns_and_plays_back: one loaded wrong scores as a random one)
     run = learns_and_plays_back((twin(pair),), LEARN[pair], cwd=tmp_path, threshold=THRESHOLD)
     # the eager script's checkpoint layout: the same keys, and the state_dicts of its own networks
     # (test_contract compares a pair's two checkpoints; here the eager script's networks stand for its run)

@@ -558,5 +558,6 @@ ATARI_LEARN = ("--env-id", "Seaquest-v5", "--total-timesteps", "20480")
 def test_atari_learns_seaquest(tmp_path):
     """The games that end in the second half average above 120, and the trained agent, played back by
     --save-model (evals.play, the twin's JAX policy, sampled actions as in training) over 10 games, above 150."""
+    # (the checkpoint's conversion, to_torch_state_dict, is checked against the eager Agent above)
     learns_and_plays_back((ATARI_JAX,), ATARI_LEARN, cwd=tmp_path, threshold=120, from_step=10240,
-                          eval_threshold=150, eval_episodes=10)
+                          eval_threshold=150, eval_episodes=10, reload=False)
