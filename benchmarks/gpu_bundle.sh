@@ -21,8 +21,9 @@ if [ $# -gt 1 ] || { [ $# -eq 1 ] && [ "${1#-}" != "$1" ]; }; then
   echo "usage: bash benchmarks/gpu_bundle.sh [--check] [OUT_DIR]" >&2
   exit 2
 fi
-out=${1:-.whl}
+out=$(realpath -m "${1:-.whl}")
 py=${PYVER:-3.12}
+cd "$(dirname "$0")/.."
 
 # The versions CI installs (.ci/run's fresh venv, November 2026), so that the GPU runs the code CI tested; pip's
 # --no-deps installs exactly these. Left out on purpose: mujoco-studio (mujoco 4 asks for it, but `import mujoco`
@@ -43,7 +44,9 @@ check() {  # the sizes that travel, in MiB; a failure above the limit
   [ -d "$out" ] || { echo "gpu_bundle: no bundle in $out; build it first: bash benchmarks/gpu_bundle.sh $out" >&2; exit 1; }
   bundle=$(find "$out" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
   tree=$(git archive HEAD | wc -c)
-  untracked=$(git ls-files -z --others --exclude-standard | xargs -0 -r stat -c %s | awk '{ s += $1 } END { print s + 0 }')
+  # untracked files that git does not ignore travel too; the bundle's own, if git does not ignore it, counted once
+  untracked=$(git ls-files -z --others --exclude-standard | { grep -zv "^$(realpath -m --relative-to=. "$out")/" || true; } |
+              xargs -0 -r stat -c %s | awk '{ s += $1 } END { print s + 0 }')
   total=$((bundle + tree + untracked))
   find "$out" -type f -printf '%s %f\n' | sort -rn | while read -r size name; do
     printf '  %6s MiB  %s\n' "$(mib "$size")" "$name"; done
