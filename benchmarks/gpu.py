@@ -1,34 +1,49 @@
-"""A GPU sitting in one command: the GPU tests, the main job, the speed table and the learning run, within a time
-budget, every output in one folder that is committed as it is (docs/gpu/<sitting>/).
+"""A GPU sitting, in commands that each fit the GPU machine's limits: the GPU tests, the README's main job, the speed
+table, the main job's learning run and the limit study, most valuable first (docs/gpu.md: the plan, in order, and
+how each command is called).
 
-    bash benchmarks/gpu.sh docs/gpu/h100_2026-12-01 --parts tests,main,speed --budget 560
-    python -m benchmarks.gpu --out DIR [--parts ...] [--budget SECONDS]      (the same, bundle already installed)
-    python -m benchmarks.gpu --summary DIR                                 (speed.md again from speed.json)
+    bash benchmarks/gpu.sh OUT --plan check                                  # a sitting's first command
+    bash benchmarks/gpu.sh OUT --plan headline --resume docs/gpu/<sitting>   # a later one, from the folder committed
+    python -m benchmarks.gpu --plans                                         # the plans: parts, sizes and budgets
+    python -m benchmarks.gpu --summary FOLDER                                # FOLDER/speed.md again from speed.json
 
-`benchmarks/gpu.sh` first installs the offline bundle of `benchmarks/gpu_bundle.sh` (a GPU machine often has its
-own torch and no package index), then runs this. The parts, in the order given, each writing into --out:
-- tests: `pytest -m gpu -n <cores>` with a junit file (junit.xml, pytest.log);
-- main: the README's main job (`sac_continuous_action_torchcompile.py --compile --cudagraphs`) for a few thousand
-  steps: does it run, log and reach its fps (main_job.json);
-- speed: the six pairs in every mode (eager, optimized with no flag, --compile, --cudagraphs, both) and the JAX
-  twin, a pair's configurations back to back in rounds, as many rounds as the budget allows; speed.json holds
-  every run and is read back when the folder is given again, so a second command adds rounds to the same
-  sitting (speed.md: the table, from every round so far);
-- learn: the main job learning (SAC, HalfCheetah-v4, --compile --cudagraphs, --learn-steps steps), then the
-  eager script for the same wall-clock time, stopped with a Ctrl-C (which keeps its logs): both runs' returns
-  against wall-clock time and their raw scalars (learning.json);
-- limits: the GPU limit study (`python -m benchmarks.gpu_limits`, its docstring) into limits/, in what is left
-  of the budget.
-machine.json (GPU, driver, CPU, versions, commit) and sitting.log (what ran, how long, how it ended) are
-written every time. The budget counts from the start: a part or a run that would not fit is left out and
-sitting.log says so. On a machine without CUDA everything runs on the CPU (the GPU tests skip): the dry run
-that tests/test_benchmarks.py makes of this file.
+On the GPU machine benchmarks/gpu.sh installs the offline bundle (benchmarks/gpu_bundle.sh) and runs this. OUT is the
+folder whose files come back ($OUT there): the machine returns at most 8 files, at most 2 folders down, from a folder
+emptied before each command, and starts bare after a short idle time. So a command writes into OUT only what it
+changed, whole: with --resume DIR (the sitting's folder under docs/gpu/, committed after the last command came back and
+travelled with the tree) it starts each file it changes from DIR's copy, and the files that come back replace DIR's
+(docs/gpu.md). A command writes at most 7 files, one folder down at most (limits/): sitting.log (what ran, how long,
+what was left for the next command), machine.json (every machine of the sitting, and every command: its machine and
+commit) and the files of its parts; benchmarks/gpu.sh adds console.log (everything printed).
+
+The plan (--plan; its flags can be given one by one) picks the parts, in this order:
+- tests: `pytest -m gpu -n <cores>`, each test at most --test-timeout seconds (LEANRL_TEST_TIMEOUT, tests/conftest.py),
+  in a process group of its own; before the budget's end (keeping the time the next parts are expected to need) it
+  gets a SIGINT, on which pytest writes its junit file with what has finished, and --grace seconds later the group is
+  killed, the test runs with it (junit.xml, pytest.log). The children get SIGINT's default back where this command
+  was started with SIGINT ignored (start_group);
+- main: the README's main job (`sac_continuous_action_torchcompile.py --compile --cudagraphs`) for --main-steps steps:
+  does it run, log and reach its fps (main_job.json);
+- speed: rounds of the --pairs in the --modes, a pair's modes back to back in one round on one machine, until each pair
+  has --rounds rounds that measured these modes (speed.json, every round with its machine; speed.md, the table, from
+  every round so far). A round starts only if its runs' expected time fits in what is left (Sitting.expected: the
+  pair's own last runs, else the other pairs' on this GPU, else FIRST_GUESS); a round that a run leaves unfinished at
+  the budget's end is not recorded;
+- learn: the main job learning HalfCheetah-v4 for --learn-steps, then the eager script for as long, stopped with a
+  Ctrl-C (which keeps its logs) unless it ended first (learning.json: both runs' raw scalars);
+- limits: the GPU limit study (benchmarks/gpu_limits.py) into OUT/limits, in what is left of the budget.
+A part, a round or a run that would not fit is left for the next command, and sitting.log says so; a command with the
+same plan and --resume takes it up. The budget counts from benchmarks/gpu.sh's start (LEANRL_SITTING_START): the
+bundle's install and every process's imports count. --tiny runs the same plan at sizes a CPU runs in seconds, without
+--compile (tiny_flags; tests/test_gpu_sitting.py rehearses every command of docs/gpu.md so, with CUDA hidden and no
+git). A mistake in the flags stops a command in one line, exit code 2; OUT breaking the machine's limits, exit code 1.
 """
 
 import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -38,9 +53,9 @@ import time
 from pathlib import Path
 
 from benchmarks.common import REPO, command_line
-from benchmarks.sps import run_once, verdict
+from benchmarks.sps import kill_group, run_once, verdict
 from leanrl_utils.events import read_run
-from leanrl_utils.machine import describe_machine
+from leanrl_utils.machine import commit, describe_machine, machine_id
 
 # the speed table's pairs: task, steps and flags (those of benchmarks/speed.sh, with budgets sized for a GPU)
 PAIRS = {
@@ -51,48 +66,156 @@ PAIRS = {
     "dqn": ("dqn", "CartPole-v1", 40000, ""),
     "dqn_atari": ("dqn_atari_envpool", "Breakout-v5", 12000, "--learning-starts 8000 --buffer-size 100000"),
 }
-MODES = ["eager", "no flag", "--compile", "--cudagraphs", "--compile --cudagraphs", "JAX"]
+# --tiny: the same pairs at sizes a CPU runs in seconds, each logging its fps after its warm-up
+TINY_PAIRS = {
+    "sac": ("sac_continuous_action", "Pendulum-v1", 320, "--learning-starts 200 --measure-after 20"),
+    "td3": ("td3_continuous_action", "Pendulum-v1", 320, "--learning-starts 200 --measure-after 20"),
+    "ppo_continuous": ("ppo_continuous_action", "Pendulum-v1", 768,
+                       "--num-steps 256 --num-minibatches 4 --update-epochs 1"),
+    "ppo_atari": ("ppo_atari_envpool", "Breakout-v5", 192, "--num-envs 2 --num-steps 32 --num-minibatches 2 "
+                  "--update-epochs 1"),
+    "dqn": ("dqn", "CartPole-v1", 700, "--learning-starts 200 --measure-after 5"),
+    "dqn_atari": ("dqn_atari_envpool", "Breakout-v5", 600, "--learning-starts 300 --buffer-size 1000 --measure-after 5"),
+}
+# mode -> its label in the table, the script's suffix, its flags (the keys of benchmarks/gpu_limits.py's, and "none")
+MODES = {
+    "eager": ("eager", "", []),
+    "none": ("no flag", "_torchcompile", []),
+    "compile": ("--compile", "_torchcompile", ["--compile"]),
+    "cudagraphs": ("--cudagraphs", "_torchcompile", ["--cudagraphs"]),
+    "compile+cudagraphs": ("--compile --cudagraphs", "_torchcompile", ["--compile", "--cudagraphs"]),
+    "jax": ("JAX", "_jax", []),
+}
+# seconds a run is expected to take on the GPU machine, from its process's start to its end, until the sitting has
+# timed such runs there (Sitting.expected): guessed from the speed runs' sizes, LeanRL's published fps and the first
+# trial's GPU test run (every mode of every pair compiling at once); the first sitting's times replace them
+FIRST_GUESS = {"eager": 20.0, "none": 25.0, "cudagraphs": 30.0, "jax": 30.0, "compile": 55.0, "compile+cudagraphs": 60.0}
+TINY_GUESS = {"eager": 10.0, "none": 12.0, "cudagraphs": 12.0, "jax": 20.0, "compile": 12.0, "compile+cudagraphs": 12.0}
 MAIN_JOB = ["sac_continuous_action_torchcompile", "--compile", "--cudagraphs"]
 MAIN_TASK: list[str] = []  # the README's main job runs on its default task
 LEARN_TASK = ["--env-id", "HalfCheetah-v4"]  # that task, said for the learning run and its eager twin
-FIRST_GUESS = 90.0  # seconds a run not yet timed is expected to take (compilation included)
+TINY_TASK = ["--env-id", "Pendulum-v1", "--learning-starts", "200"]  # the main job and learning run under --tiny
+# the limit study's windows under --tiny (its tests' sizes)
+TINY_LIMITS = ["--tiny", "--seconds", "0.5", "--plain-seconds", "0.3", "--env-steps", "500", "--env-repeats", "2"]
+MARGIN = 5.0  # seconds kept at the budget's end, to write the files
+# LeanRL's published fps on one H100 (docs/quoted.md, its README at commit 8dbb633), beside the table
+LEANRL_H100 = {"sac": (130, 255, 725), "td3": (247, 272, 936), "ppo_continuous": (683, 908, 1774),
+               "ppo_atari": (3728, 3841, 6809)}
+
+HEADLINE = dict(pairs="sac,td3,ppo_continuous,ppo_atari", modes="eager,compile+cudagraphs,jax")
+# each plan is one command (docs/gpu.md gives them in order, with the run's time limit): its parts, what they run, and
+# its budget in seconds; the first two make a sitting's first 12 minutes, each later one a sitting of its own
+PLANS = {
+    "check": dict(parts="tests,main", budget=280.0),
+    "headline": dict(parts="speed", **HEADLINE, rounds=1, budget=410.0),
+    "modes": dict(parts="speed", pairs=HEADLINE["pairs"], modes="eager,none,compile,cudagraphs", rounds=1,
+                  budget=540.0),
+    "dqn": dict(parts="speed", pairs="dqn,dqn_atari", modes="eager,compile+cudagraphs,jax,none,compile,cudagraphs",
+                rounds=1, budget=540.0),
+    "rounds": dict(parts="speed", **HEADLINE, rounds=3, budget=540.0),
+    "learn": dict(parts="learn", budget=540.0),
+    "limits": dict(parts="limits", budget=540.0),
+}
+DEFAULTS = dict(parts="tests,main,speed", pairs=",".join(PAIRS), modes=",".join(MODES), rounds=1, budget=540.0)
+PARTS = ["tests", "main", "speed", "learn", "limits"]
 
 
-def config(pair: str, mode: str) -> str:
-    """The configuration of benchmarks.sps for a pair's mode: the script and its flags."""
-    eager = PAIRS[pair][0]
-    return {"eager": eager, "no flag": f"{eager}_torchcompile", "JAX": f"{eager}_jax"}.get(
-        mode, f"{eager}_torchcompile {mode}")
+def config(pair: str, mode: str, tiny: bool = False) -> str:
+    """The configuration of benchmarks.sps for a pair's mode: the script and its flags (under --tiny without
+    --compile: see TINY_FLAGS)."""
+    _, suffix, flags = MODES[mode]
+    return shlex.join([(TINY_PAIRS if tiny else PAIRS)[pair][0] + suffix, *tiny_flags(flags, tiny)])
+
+
+def tiny_flags(flags: list[str], tiny: bool) -> list[str]:
+    """Under --tiny, --compile is left out of every run: compiling takes tens of seconds on a CPU, a cold cache more,
+    which the rehearsal's budgets cannot hold (and on a loaded machine would hold only by chance); what the sitting
+    does around a run (its clock, its files, its stops) is the same. The compiled code is CI's other tests' concern."""
+    return [f for f in flags if not (tiny and f == "--compile")]
 
 
 class Sitting:
-    """The folder, the clock and the log of one command."""
+    """One command: its folder, its clock, its machine and its log."""
 
-    def __init__(self, out: Path, budget: float):
-        self.out, self.deadline = out, time.monotonic() + budget
+    def __init__(self, out: Path, budget: float, resume: Path | None = None, start: float | None = None,
+                 tiny: bool = False):
+        self.out, self.resume, self.tiny = out, resume, tiny
+        self.started = start if start is not None else time.time()
+        # the budget counts from `start` (benchmarks/gpu.sh's, on the wall clock); kept on the monotonic clock
+        self.deadline = time.monotonic() + budget - max(0.0, time.time() - self.started)
         out.mkdir(parents=True, exist_ok=True)
         self.env = {k: v for k, v in os.environ.items() if k != "MUJOCO_GL"}  # headless MuJoCo needs no GL here
+        self.machine, self.gpu = machine_id(), "unknown"
+        self.pairs, self.guess = (TINY_PAIRS, TINY_GUESS) if tiny else (PAIRS, FIRST_GUESS)
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
+    def file(self, name: str) -> Path:
+        """OUT/name, started from the resumed folder's copy where OUT has none yet: a file this command changes is
+        written whole into OUT, and only such files are."""
+        path = self.out / name
+        if not path.exists() and self.resume is not None and (self.resume / name).is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.resume / name, path)
+        return path
+
     def log(self, line: str) -> None:
         stamped = f"{time.strftime('%H:%M:%S')} {line}"
         print(stamped, file=sys.stderr, flush=True)
-        with open(self.out / "sitting.log", "a") as f:
+        with open(self.file("sitting.log"), "a") as f:
             f.write(stamped + "\n")
 
-    def run(self, cmd: list[str], timeout: float, **kwargs) -> tuple[subprocess.CompletedProcess | None, float]:
-        start = time.monotonic()
+    def expected(self, data: dict, pair: str, mode: str) -> float:
+        """A run's expected seconds: the pair's last run in this mode on this GPU, else on any; for a pair not timed
+        yet, the median of the other pairs' runs in this mode on this GPU; else the guess."""
+        def walls(pairs, same_gpu):
+            return [r["runs"][mode]["wall"] for p in pairs for r in data["pairs"].get(p, {}).get("rounds", [])
+                    if "wall" in r["runs"].get(mode, {}) and (r.get("gpu") == self.gpu or not same_gpu)]
+        for same_gpu in (True, False):
+            if own := walls([pair], same_gpu):
+                return own[-1]
+        if others := walls([p for p in data["pairs"] if p != pair], True):
+            return statistics.median(others)
+        return self.guess[mode]
+
+
+def start_group(cmd: list[str], cwd, env: dict, **kwargs) -> subprocess.Popen:
+    """A child in a process group of its own: the sitting can end it with everything it started. Where this process
+    ignores SIGINT (a shell without job control starts a background command so, and a child inherits it: Python then
+    installs no Ctrl-C handler, and pytest would not write its junit file on the sitting's SIGINT), the child gets
+    SIGINT's default back."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        kwargs["preexec_fn"] = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+    return subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, **kwargs)
+
+
+def stop_gracefully(proc: subprocess.Popen, at: float, grace: float) -> str:
+    """Wait for `proc` until the monotonic time `at`; then a SIGINT to its process group, as a Ctrl-C in a terminal
+    (pytest writes its junit file on it; its xdist workers stop their tests, which end their runs), and `grace` seconds
+    later SIGKILL to the group. The group is swept in any case. How it ended, in words."""
+    try:
+        proc.wait(timeout=max(0.0, at - time.monotonic()))
+        how = "finished"
+    except subprocess.TimeoutExpired:
         try:
-            proc = subprocess.run(cmd, cwd=kwargs.pop("cwd", REPO), env=kwargs.pop("env", self.env), text=True,
-                                  timeout=max(1.0, timeout), **kwargs)
+            os.killpg(proc.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=grace)
+            how = "stopped at its time limit by a SIGINT"
         except subprocess.TimeoutExpired:
-            return None, time.monotonic() - start
-        return proc, time.monotonic() - start
+            how = f"killed: still running {grace:.0f} s after its SIGINT"
+    kill_group(proc)  # the rest of its group (pytest's workers and the runs they started), if anything is left
+    return how
 
 
-def machine(sitting: Sitting) -> None:
+def machine(sitting: Sitting, plan: str | None) -> None:
+    """machine.json: every machine of the sitting (GPU, driver, CPU, versions) and every command (its machine, the
+    commit its tree was at, its plan and day)."""
+    path = sitting.file("machine.json")
+    data = json.loads(path.read_text()) if path.exists() else {"machines": {}, "commands": []}
     info = describe_machine()
     try:
         query = "name,driver_version,memory.total,power.limit"
@@ -107,192 +230,346 @@ def machine(sitting: Sitting) -> None:
         info["torch cuda"] = torch.version.cuda
     except ImportError:
         pass
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    info["commit"] = commit.stdout.strip() or "unknown"
-    info["date"] = time.strftime("%Y-%m-%d", time.gmtime())
-    (sitting.out / "machine.json").write_text(json.dumps(info, indent=1) + "\n")
+    sitting.gpu = info["gpu"]
+    data["machines"].setdefault(sitting.machine, info)
+    data["commands"].append({"command": command_line(), "plan": plan, "machine": sitting.machine,
+                             "commit": commit(REPO), "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime())})
+    path.write_text(json.dumps(data, indent=1) + "\n")
 
 
-def tests(sitting: Sitting, workers: int) -> None:
+def tests(sitting: Sitting, workers: int, per_test: float, reserve: float, grace: float) -> None:
+    """`pytest -m gpu`, stopped gracefully `reserve` seconds before the budget's end (the later parts' time)."""
+    junit = sitting.out / "junit.xml"
+    stop_at = sitting.deadline - reserve - grace - MARGIN
+    if stop_at - time.monotonic() < min(30.0, per_test):
+        sitting.log(f"tests: left for the next command, {sitting.left():.0f} s left and {reserve:.0f} s of it kept "
+                    "for the next parts")
+        return
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q", "-rfE",
-           f"--junitxml={sitting.out / 'junit.xml'}"] + (["-n", str(workers)] if workers > 1 else [])
-    sitting.log(f"tests: {shlex.join(cmd[1:])}")
-    with open(sitting.out / "pytest.log", "w") as log:
-        proc, took = sitting.run(cmd, sitting.left(), stdout=log, stderr=subprocess.STDOUT)
-    lines = (sitting.out / "pytest.log").read_text().strip().splitlines()
-    sitting.log(f"tests: {'ran out of time' if proc is None else lines[-1] if lines else 'no output'} ({took:.0f} s)")
+           f"--junitxml={junit}"] + (["-n", str(workers)] if workers > 1 else [])
+    sitting.log(f"tests: {shlex.join(cmd[1:]).replace(str(sitting.out) + '/', 'OUT/')}, each test at most "
+                f"{per_test:.0f} s, stopped {stop_at - time.monotonic():.0f} s from now at the latest, on "
+                f"{sitting.machine}")
+    start = time.monotonic()
+    with open(sitting.file("pytest.log"), "w") as log:
+        log.write(f"machine: {sitting.machine}\n")
+        log.flush()
+        proc = start_group(cmd, REPO, sitting.env | {"LEANRL_TEST_TIMEOUT": f"{per_test:g}"}, stdout=log,
+                           stderr=subprocess.STDOUT)
+        how = stop_gracefully(proc, stop_at, grace)
+    lines = [line for line in (sitting.out / "pytest.log").read_text().splitlines() if line.strip()]
+    sitting.log(f"tests: {how}, exit {proc.returncode}: {lines[-1] if lines else 'no output'} "
+                f"({time.monotonic() - start:.0f} s); junit.xml {'written' if junit.exists() else 'NOT WRITTEN'}")
+
+
+def main_job_expected(sitting: Sitting) -> float:
+    """The main job's expected seconds: a compiled run's guess on the GPU; under --tiny (no compiling) a CPU's start-up
+    and a few hundred updates, on a CPU that CI's other tests load (measured there: up to half a minute)."""
+    return 40.0 if sitting.tiny else sitting.guess["compile+cudagraphs"]
 
 
 def main_job(sitting: Sitting, steps: int) -> None:
-    cmd = [sys.executable, str(REPO / "leanrl" / f"{MAIN_JOB[0]}.py"), *MAIN_JOB[1:], *MAIN_TASK,
+    task = TINY_TASK if sitting.tiny else MAIN_TASK
+    cmd = [sys.executable, str(REPO / "leanrl" / f"{MAIN_JOB[0]}.py"), *tiny_flags(MAIN_JOB[1:], sitting.tiny), *task,
            "--total-timesteps", str(steps)]
-    sitting.log(f"main: {shlex.join(cmd[1:])}")
+    expected = main_job_expected(sitting)
+    if sitting.left() - MARGIN < expected:  # (the tests part kept it)
+        sitting.log(f"main: left for the next command, {sitting.left():.0f} s left, ~{expected:.0f} s needed")
+        return
+    sitting.log(f"main: {shlex.join(cmd[1:]).replace(str(REPO) + '/', '')}")
+    start = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        proc, took = sitting.run(cmd, sitting.left(), cwd=tmp, capture_output=True)
+        proc = start_group(cmd, tmp, sitting.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _, stderr = proc.communicate(timeout=max(1.0, sitting.left() - MARGIN))
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            sitting.log(f"main: cut short at the budget's end after {time.monotonic() - start:.0f} s: not recorded")
+            return
+        kill_group(proc)
+        took = time.monotonic() - start
         runs = list(Path(tmp).glob("runs/*"))
         log = read_run(runs[0]) if runs else None
-    result = {"command": shlex.join(["python", *cmd[1:]]).replace(str(REPO) + "/", ""), "seconds": round(took, 1),
-              "returncode": None if proc is None else proc.returncode,
-              "stderr_tail": "" if proc is None else proc.stderr[-3000:]}
+    result = {"command": shlex.join(["python", *cmd[1:]]).replace(str(REPO) + "/", ""), "machine": sitting.machine,
+              "seconds": round(took, 1), "returncode": proc.returncode, "stderr_tail": stderr[-3000:]}
     if log is not None:
         result |= {"fps": log.values("charts/SPS")[-1:], "warmup_time": log.values("charts/warmup_time"),
                    "logged": {tag: len(points) for tag, points in sorted(log.scalars.items())}}
-    (sitting.out / "main_job.json").write_text(json.dumps(result, indent=1) + "\n")
-    sitting.log(f"main: exit {result['returncode']}, fps {result.get('fps')}, {took:.0f} s")
+    sitting.file("main_job.json").write_text(json.dumps(result, indent=1) + "\n")
+    sitting.log(f"main: exit {result['returncode']}, fps {result.get('fps')}, warm-up {result.get('warmup_time')}, "
+                f"{took:.0f} s")
 
 
-def speed(sitting: Sitting, pairs: list[str], rounds: int) -> None:
-    """Rounds of every pair's configurations back to back, resumed from speed.json; a run starts only if its
-    expected time (its last run's, or a first guess) fits in what is left of the budget."""
-    path = sitting.out / "speed.json"
+def speed(sitting: Sitting, pairs: list[str], modes: list[str], rounds: int) -> int:
+    """Rounds of the pairs in these modes until each pair has `rounds` rounds that measured them all, resumed from
+    speed.json; a round runs a pair's modes back to back, on this machine, and is recorded only whole. Returns the
+    rounds left for a later command."""
+    path = sitting.file("speed.json")
     data = json.loads(path.read_text()) if path.exists() else {"pairs": {}}
+    left, cut = 0, False
+    labels = ", ".join(MODES[m][0] for m in modes)
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(rounds):
             for pair in pairs:
-                _, env_id, steps, flags = PAIRS[pair]
-                entry = data["pairs"].setdefault(pair, {"env_id": env_id, "steps": steps, "args": flags,
-                                                        "runs": {m: [] for m in MODES}})
-                for mode in MODES:
-                    runs = entry["runs"].setdefault(mode, [])
-                    if len(runs) > rnd:  # done by an earlier command of this sitting
-                        continue
-                    expected = runs[-1]["wall"] if runs and "wall" in runs[-1] else FIRST_GUESS
-                    if sitting.left() < expected:
-                        sitting.log(f"speed: {pair} {mode}: left out, {sitting.left():.0f} s left, ~{expected:.0f} s needed")
-                        continue
+                _, env_id, steps, flags = sitting.pairs[pair]
+                entry = data["pairs"].setdefault(pair, {"env_id": env_id, "steps": steps, "args": flags, "rounds": []})
+                done = [r for r in entry["rounds"] if set(modes) <= set(r["runs"])]
+                if len(done) > rnd:  # measured by an earlier command of this sitting
+                    continue
+                expected = sum(sitting.expected(data, pair, m) for m in modes)
+                if cut or sitting.left() - MARGIN < expected:
+                    left += 1
+                    sitting.log(f"speed: {pair} round {len(done) + 1} ({labels}): left for the next command, "
+                                f"{max(0.0, sitting.left()):.0f} s left, ~{expected:.0f} s needed")
+                    continue
+                record = {"machine": sitting.machine, "gpu": sitting.gpu,
+                          "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "runs": {}}
+                for mode in modes:
                     try:
-                        r = run_once(config(pair, mode), shlex.split(flags), steps, env_id, Path(tmp),
-                                     env=sitting.env, timeout=sitting.left())
-                        sitting.log(f"speed: round {rnd + 1} {pair} {mode}: {r['sps']:.1f} fps, warm-up "
-                                    f"{r['warmup']:.1f} s, {r['wall']:.0f} s")
+                        r = run_once(config(pair, mode, sitting.tiny), shlex.split(flags), steps, env_id, Path(tmp),
+                                     env=sitting.env, timeout=max(1.0, sitting.left() - MARGIN))
+                        sitting.log(f"speed: {pair} round {len(done) + 1} {MODES[mode][0]}: {r['sps']:.1f} fps, "
+                                    f"warm-up {r['warmup']:.1f} s, {r['wall']:.0f} s")
                     except subprocess.TimeoutExpired:
-                        r = {"error": "ran out of the budget", "wall": sitting.left()}
-                        sitting.log(f"speed: {pair} {mode}: stopped, out of the budget")
+                        cut = True
+                        sitting.log(f"speed: {pair} round {len(done) + 1} {MODES[mode][0]}: cut short at the "
+                                    "budget's end; the round is not recorded")
+                        break
                     except SystemExit as failure:
                         r = {"error": str(failure)[-1500:]}
-                        sitting.log(f"speed: {pair} {mode}: failed: {str(failure).splitlines()[0]}")
-                    runs.append(r)
-                    path.write_text(json.dumps(data, indent=1) + "\n")
+                        sitting.log(f"speed: {pair} {MODES[mode][0]}: failed: {str(failure).splitlines()[0]}")
+                    record["runs"][mode] = r
+                if cut:
+                    left += 1
+                    continue
+                entry["rounds"].append(record)
+                path.write_text(json.dumps(data, indent=1) + "\n")
     path.write_text(json.dumps(data, indent=1) + "\n")
-    (sitting.out / "speed.md").write_text(speed_table(data) + "\n")
+    sitting.file("speed.md").write_text(speed_table(data) + "\n")
+    return left
 
 
 def speed_table(data: dict) -> str:
-    """Per pair and mode: the median fps over the rounds that measured it (and how many), its median ratio to the
-    eager script over the rounds that measured both, and --compile --cudagraphs against the JAX twin (the median
-    of the rounds' ratios, and the verdict by the tie rule)."""
-    modes = list(dict.fromkeys(m for entry in data["pairs"].values() for m in entry["runs"]))
-    best, twin = "--compile --cudagraphs", "JAX"
-    lines = ["| pair | " + " | ".join(f"`{m}`" if m.startswith("--") else m for m in modes) +
-             f" | `{best}` / JAX | `{best}` against JAX |", "|---|" + "---|" * (len(modes) + 2)]
+    """Per pair and GPU, per mode: the median fps over the rounds that measured it (and how many), its median ratio to
+    the eager script over those rounds (each round's ratio: both ran on one machine, back to back), `--compile
+    --cudagraphs` against the JAX twin the same way (and the verdict by the tie rule), and LeanRL's published H100
+    figures (eager, --compile, --compile --cudagraphs: docs/quoted.md)."""
+    modes = [m for m in MODES if any(m in r["runs"] for e in data["pairs"].values() for r in e["rounds"])]
+    best, twin = "compile+cudagraphs", "jax"
+    head = ["pair", "GPU", *(f"`{MODES[m][0]}`" if m not in ("eager", "none", "jax") else MODES[m][0] for m in modes),
+            f"`{MODES[best][0]}` / JAX", f"`{MODES[best][0]}` against JAX",
+            "LeanRL, one H100: eager / `--compile` / `--compile --cudagraphs`"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for pair, entry in data["pairs"].items():
-        sps = {m: [r.get("sps") for r in entry["runs"].get(m, [])] for m in modes}
+        for gpu in dict.fromkeys(r.get("gpu", "unknown") for r in entry["rounds"]):
+            rounds = [r for r in entry["rounds"] if r.get("gpu", "unknown") == gpu]
 
-        def rounds_of(a, b):  # the rounds that measured both
-            return [(x, y) for x, y in zip(sps[a], sps[b]) if x is not None and y is not None]
+            def fps(r, mode):
+                return r["runs"].get(mode, {}).get("sps")
 
-        def cell(mode):
-            got = [x for x in sps[mode] if x is not None]
-            if not got:
-                errors = [r["error"].strip().splitlines()[0][:80] for r in entry["runs"].get(mode, []) if "error" in r]
-                return f"failed: {errors[0]}" if errors else "not run"
-            both = rounds_of(mode, "eager") if "eager" in sps and mode != "eager" else []
-            ratio = f", {statistics.median(x / e for x, e in both):.2f}x eager" if both else ""
-            return f"{statistics.median(got):.1f} ({len(got)} round{'s' * (len(got) > 1)}{ratio})"
-        both = rounds_of(best, twin) if best in sps and twin in sps else []
-        against = [f"{statistics.median(x / j for x, j in both):.2f}x",
-                   verdict([x for x, _ in both], [j for _, j in both])] if both else ["", ""]
-        lines.append(f"| {pair} ({entry['steps']} steps) | " + " | ".join(cell(m) for m in modes) + " | " +
-                     " | ".join(against) + " |")
+            def both(a, b):  # the rounds that measured both
+                return [(fps(r, a), fps(r, b)) for r in rounds if fps(r, a) is not None and fps(r, b) is not None]
+
+            def cell(mode):
+                got = [fps(r, mode) for r in rounds if fps(r, mode) is not None]
+                if not got:
+                    errors = [r["runs"][mode]["error"].strip().splitlines()[0][:80] for r in rounds
+                              if "error" in r["runs"].get(mode, {})]
+                    return f"failed: {errors[0]}" if errors else "not run"
+                pairs_ = both(mode, "eager") if mode != "eager" else []
+                ratio = f", {statistics.median(x / e for x, e in pairs_):.2f}x eager" if pairs_ else ""
+                return f"{statistics.median(got):.1f} ({len(got)} round{'s' * (len(got) > 1)}{ratio})"
+            against = both(best, twin)
+            vs = [f"{statistics.median(x / j for x, j in against):.2f}x",
+                  verdict([x for x, _ in against], [j for _, j in against])] if against else ["", ""]
+            leanrl = " / ".join(str(x) for x in LEANRL_H100[pair]) if pair in LEANRL_H100 else ""
+            lines.append(f"| {pair} ({entry['steps']} steps) | {gpu} | " + " | ".join(cell(m) for m in modes) + " | "
+                         + " | ".join(vs) + f" | {leanrl} |")
     return "\n".join(lines)
 
 
-def learn(sitting: Sitting, steps: int) -> None:
-    """The main job learning, then the eager script for as long: returns against wall-clock time, raw scalars."""
-    common = LEARN_TASK
+def learn(sitting: Sitting, steps: int, eager_steps: int | None = None, stop_after: float | None = None) -> None:
+    """The main job learning, then the eager script for as long (`stop_after`: the compiled run's wall-clock time,
+    unless given), stopped with a Ctrl-C only if it is still running then: returns against wall-clock time, raw
+    scalars. The Ctrl-C waits until the eager run has opened its writer (its main() is running, under the handler
+    that keeps the logs): a Ctrl-C during its imports would end it with nothing logged."""
+    task = TINY_TASK if sitting.tiny else LEARN_TASK
     result = {}
     with tempfile.TemporaryDirectory() as tmp:
         folders = {name: Path(tmp) / name for name in ("compiled", "eager")}
         for folder in folders.values():
             folder.mkdir()
-        fast = [sys.executable, str(REPO / "leanrl" / f"{MAIN_JOB[0]}.py"), *MAIN_JOB[1:], *common,
-                "--total-timesteps", str(steps)]
-        sitting.log(f"learn: {shlex.join(fast[1:])}")
-        proc, took = sitting.run(fast, sitting.left() / 2, cwd=folders["compiled"], capture_output=True)
-        result["compiled"] = _learning_record(fast, proc, took, folders["compiled"])
-        eager = [sys.executable, str(REPO / "leanrl" / "sac_continuous_action.py"), *common,
-                 "--total-timesteps", str(steps)]
-        budget = min(took, sitting.left() - 30)
-        sitting.log(f"learn: {shlex.join(eager[1:])}, stopped by a Ctrl-C after {budget:.0f} s")
-        proc = subprocess.Popen(eager, cwd=folders["eager"], env=sitting.env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
-        try:
-            _, err = proc.communicate(timeout=max(1.0, budget))
+        fast = [sys.executable, str(REPO / "leanrl" / f"{MAIN_JOB[0]}.py"), *tiny_flags(MAIN_JOB[1:], sitting.tiny),
+                *task, "--total-timesteps", str(steps)]
+        sitting.log(f"learn: {shlex.join(fast[1:]).replace(str(REPO) + '/', '')}")
+        start = time.monotonic()
+        proc = start_group(fast, folders["compiled"], sitting.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True)
+        try:  # at most half of what is left: the eager run gets as long
+            _, err = proc.communicate(timeout=max(1.0, (sitting.left() - MARGIN) / 2))
         except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=120)
-        result["eager"] = _learning_record(eager, subprocess.CompletedProcess(eager, proc.returncode, "", err), budget,
-                                           folders["eager"])
-    (sitting.out / "learning.json").write_text(json.dumps(result) + "\n")
-    sitting.log("learn: " + ", ".join(f"{k}: exit {v['returncode']}, {v['last_step']} steps" for k, v in result.items()))
+            kill_group(proc)
+            sitting.log(f"learn: cut short at the budget's end after {time.monotonic() - start:.0f} s: not recorded")
+            return
+        kill_group(proc)
+        took = time.monotonic() - start
+        result["compiled"] = _learning_record(fast, proc.returncode, err, took, folders["compiled"], stopped=False)
+        eager = [sys.executable, str(REPO / "leanrl" / "sac_continuous_action.py"), *task,
+                 "--total-timesteps", str(eager_steps or steps)]
+        limit = took if stop_after is None else stop_after
+        sitting.log(f"learn: {shlex.join(eager[1:]).replace(str(REPO) + '/', '')}, stopped by a Ctrl-C after "
+                    f"{limit:.0f} s if still running")
+        start = time.monotonic()
+        proc = start_group(eager, folders["eager"], sitting.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True)
+        end = min(start + limit, sitting.deadline - MARGIN)
+        stopped = False
+        try:
+            _, err = proc.communicate(timeout=max(0.0, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            # still running: once its writer is open, a Ctrl-C; a run that ends meanwhile is not signalled
+            while proc.poll() is None and not list(folders["eager"].glob("runs/*/events.*")) and \
+                    time.monotonic() < sitting.deadline - MARGIN:
+                time.sleep(0.1)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                stopped = True
+            try:
+                _, err = proc.communicate(timeout=max(1.0, sitting.deadline - MARGIN - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                kill_group(proc)
+                _, err = proc.communicate()
+        kill_group(proc)
+        result["eager"] = _learning_record(eager, proc.returncode, err, time.monotonic() - start, folders["eager"],
+                                           stopped)
+    sitting.file("learning.json").write_text(json.dumps(result) + "\n")
+    sitting.log("learn: " + ", ".join(f"{k}: exit {v['returncode']}{' after its Ctrl-C' * v['stopped']}, "
+                                      f"{v['last_step']} steps" for k, v in result.items()))
 
 
-def _learning_record(cmd, proc, took, cwd: Path) -> dict:
+def _learning_record(cmd, returncode, stderr, took, cwd: Path, stopped: bool) -> dict:
     runs = list(cwd.glob("runs/*"))
     log = read_run(runs[0]) if runs else None
     scalars = {} if log is None else {tag: [[s, round(w, 3), v] for s, w, v in points] for tag, points in log.scalars.items()}
     steps = [s for points in scalars.values() for s, _, _ in points]
     return {"command": shlex.join(["python", *cmd[1:]]).replace(str(REPO) + "/", ""), "seconds": round(took, 1),
-            "returncode": None if proc is None else proc.returncode, "last_step": max(steps, default=0),
-            "stderr_tail": "" if proc is None else (proc.stderr or "")[-1500:], "scalars": scalars}
+            "returncode": returncode, "stopped": stopped, "last_step": max(steps, default=0),
+            "stderr_tail": (stderr or "")[-1500:], "scalars": scalars}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, help="the sitting's folder (docs/gpu/<gpu>_<date>)")
-    parser.add_argument("--parts", default="tests,main,speed", help="of tests, main, speed, learn, limits; in this order")
-    parser.add_argument("--budget", type=float, default=560.0, help="seconds for the whole command")
+def limits(sitting: Sitting) -> None:
+    """The GPU limit study into OUT/limits, resumed from the resumed folder's limits/, in what is left."""
+    out = sitting.out / "limits"
+    for name in ("results.json", "sitting.log"):
+        sitting.file(f"limits/{name}")
+    budget = sitting.left() - 2 * MARGIN
+    cmd = [sys.executable, "-m", "benchmarks.gpu_limits", "--out", str(out), "--budget", f"{budget:.0f}",
+           *(TINY_LIMITS if sitting.tiny else [])]
+    sitting.log(f"limits: python -m benchmarks.gpu_limits --budget {budget:.0f}")
+    start = time.monotonic()
+    proc = start_group(cmd, REPO, sitting.env)
+    try:
+        proc.wait(timeout=max(1.0, sitting.left() - MARGIN))
+        how = f"exit {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        how = "cut short at the budget's end (its rows so far are kept)"
+    kill_group(proc)
+    sitting.log(f"limits: {how} ({time.monotonic() - start:.0f} s)")
+
+
+def check_out(out: Path) -> list[str]:
+    """What in OUT the GPU machine would not bring back: more than 8 files, a file more than one folder down (the
+    machine allows two; one keeps a margin), a name not of letters, digits, '.', '_' and '-'."""
+    files = [p for p in out.rglob("*") if p.is_file()]
+    wrong = [f"{len(files)} files, over 8"] if len(files) > 8 else []
+    wrong += [f"{p.relative_to(out)}: more than one folder down" for p in files if len(p.relative_to(out).parts) > 2]
+    wrong += [f"{p.relative_to(out)}: a name the machine refuses" for p in out.rglob("*")
+              if not all(c.isascii() and (c.isalnum() or c in "._-") for c in p.name)]
+    return wrong
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):
+        print(f"benchmarks.gpu: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, help="the folder that comes back from the GPU machine ($OUT)")
+    parser.add_argument("--plan", choices=PLANS, help="one command of docs/gpu.md's plan: its parts, sizes, budget")
+    parser.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                        help="the sitting's folder, committed after the last command: this command continues it")
+    parser.add_argument("--parts", help=f"of {', '.join(PARTS)}, in this order (default: the plan's)")
+    parser.add_argument("--budget", type=float, help="seconds for the whole command, from benchmarks/gpu.sh's start")
+    parser.add_argument("--pairs", help="the speed table's pairs")
+    parser.add_argument("--modes", help=f"the speed table's modes, of {', '.join(MODES)}")
+    parser.add_argument("--rounds", type=int, help="rounds of each pair in these modes that the sitting should hold")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="pytest-xdist workers for the tests")
-    parser.add_argument("--main-steps", type=int, default=8000, help="--total-timesteps of the main job's run")
-    parser.add_argument("--pairs", default=",".join(PAIRS), help="the speed table's pairs")
-    parser.add_argument("--rounds", type=int, default=3, help="the speed table's rounds, as far as the budget goes")
-    parser.add_argument("--learn-steps", type=int, default=200_000, help="--total-timesteps of the learning run")
+    parser.add_argument("--test-timeout", type=float, help="seconds a GPU test may run (default 180; --tiny 8)")
+    parser.add_argument("--grace", type=float, default=20.0, help="seconds pytest gets after its SIGINT")
+    parser.add_argument("--main-steps", type=int, help="--total-timesteps of the main job's run (default 8000)")
+    parser.add_argument("--learn-steps", type=int, help="--total-timesteps of the learning run (default 200000)")
+    parser.add_argument("--tiny", action="store_true", help="CPU-sized runs: the rehearsal of a command")
+    parser.add_argument("--plans", action="store_true", help="print the plans and stop")
     parser.add_argument("--summary", type=Path, default=None, metavar="FOLDER",
                         help="write FOLDER/speed.md from FOLDER/speed.json, and nothing else")
-    opts = parser.parse_args()
+    opts = parser.parse_args(argv)
+    if opts.plans:
+        for name, plan in PLANS.items():
+            print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in plan.items()))
+        return
     if opts.summary:
         text = speed_table(json.loads((opts.summary / "speed.json").read_text()))
         (opts.summary / "speed.md").write_text(text + "\n")
         print(text)
         return
     if opts.out is None:
-        parser.error("give --out (or --summary FOLDER)")
-    parts = opts.parts.split(",")
-    if unknown := set(parts) - {"tests", "main", "speed", "learn", "limits"}:
-        parser.error(f"--parts: no such part {sorted(unknown)}; the parts are tests, main, speed, learn, limits")
-    if unknown := set(opts.pairs.split(",")) - set(PAIRS):
-        parser.error(f"--pairs: no such pair {sorted(unknown)}; the pairs are {', '.join(PAIRS)}")
-    sitting = Sitting(opts.out, opts.budget)
-    sitting.log(f"sitting: {command_line()}")
-    machine(sitting)
-    for part in parts:
-        if sitting.left() <= 0:
-            sitting.log(f"{part}: left out, the budget is spent")
+        parser.error("give --out (or --plans, or --summary FOLDER)")
+    for key, value in (DEFAULTS | PLANS.get(opts.plan, {})).items():
+        if getattr(opts, key) is None:
+            setattr(opts, key, value)
+    parts, pairs, modes = opts.parts.split(","), opts.pairs.split(","), opts.modes.split(",")
+    if unknown := [p for p in parts if p not in PARTS]:
+        parser.error(f"--parts: no such part {unknown[0]!r}; the parts are {', '.join(PARTS)}")
+    if unknown := [p for p in pairs if p not in PAIRS]:
+        parser.error(f"--pairs: no such pair {unknown[0]!r}; the pairs are {', '.join(PAIRS)}")
+    if unknown := [m for m in modes if m not in MODES]:
+        parser.error(f"--modes: no such mode {unknown[0]!r}; the modes are {', '.join(MODES)}")
+    if opts.resume is not None and not opts.resume.is_dir():
+        parser.error(f"--resume {opts.resume}: no such folder")
+    if opts.budget <= 0 or opts.rounds < 1:
+        parser.error(f"--budget must be positive and --rounds at least 1 (given {opts.budget:g} and {opts.rounds})")
+    start = float(os.environ.get("LEANRL_SITTING_START") or time.time())
+    sitting = Sitting(opts.out, opts.budget, opts.resume, start, opts.tiny)
+    sitting.log(f"sitting: {command_line()} (plan {opts.plan or 'none'}, {sitting.left():.0f} s of the budget left)")
+    if opts.tiny:
+        sitting.log("sitting: --tiny: CPU-sized runs, --compile left out of each (tiny_flags)")
+    machine(sitting, opts.plan)
+    per_test = opts.test_timeout or (8.0 if opts.tiny else 180.0)
+    left = []
+    for i, part in enumerate(parts):
+        if sitting.left() <= MARGIN:
+            sitting.log(f"{part}: left for the next command, the budget is spent")
+            left.append(part)
             continue
-        if part == "tests":
-            tests(sitting, opts.workers)
+        if part == "tests":  # the later parts' time is kept: the main job's guess, the others' whatever is left
+            reserve = main_job_expected(sitting) + MARGIN if "main" in parts[i + 1:] else 0.0
+            tests(sitting, opts.workers, per_test, reserve, opts.grace)
         elif part == "main":
-            main_job(sitting, opts.main_steps)
+            main_job(sitting, opts.main_steps or (320 if opts.tiny else 8000))
         elif part == "speed":
-            speed(sitting, opts.pairs.split(","), opts.rounds)
+            if missing := speed(sitting, pairs, modes, opts.rounds):
+                left.append(f"speed ({missing} rounds)")
         elif part == "learn":
-            learn(sitting, opts.learn_steps)
-        elif part == "limits":  # the GPU limit study (benchmarks/gpu_limits.py) into <out>/limits, in what is left
-            sitting.log("limits: python -m benchmarks.gpu_limits")
-            proc, took = sitting.run([sys.executable, "-m", "benchmarks.gpu_limits", "--out", str(sitting.out / "limits"),
-                                      "--budget", f"{sitting.left() - 20:.0f}"], sitting.left())
-            sitting.log(f"limits: {'ran out of time' if proc is None else f'exit {proc.returncode}'} ({took:.0f} s)")
-    sitting.log(f"sitting: done, {sitting.left():.0f} s of the budget left")
+            learn(sitting, opts.learn_steps or (400 if opts.tiny else 200_000))
+        elif part == "limits":
+            limits(sitting)
+    sitting.log(f"sitting: done, {sitting.left():.0f} s of the budget left" +
+                (f"; left for the next command (the same plan, with --resume): {', '.join(left)}" if left else ""))
+    if wrong := check_out(sitting.out):
+        sitting.log("sitting: OUT breaks the GPU machine's limits: " + "; ".join(wrong))
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -1,44 +1,97 @@
 #!/usr/bin/env bash
-# Build an offline bundle of the project's Python dependencies for an x86-64
-# Linux GPU machine that already has Python 3.12, torch, numpy, tensorboard,
-# tqdm and rich, but cannot reach a package index.
+# Build the offline bundle of what the GPU machine lacks, for its Python 3.12 on x86-64 Linux (its own torch, jax,
+# numpy, tensorboard, tqdm and pytest are kept), then check that the tree and the bundle travel with room to spare.
 #
-#   bash benchmarks/gpu_bundle.sh [OUT_DIR]      (default: .whl, which git ignores only if you list it)
+#   bash benchmarks/gpu_bundle.sh [OUT_DIR]              build into OUT_DIR (default .whl), then the check
+#   bash benchmarks/gpu_bundle.sh --check [OUT_DIR]      the check alone: the sizes, and a failure above the limit
 #
-# OUT_DIR receives pure wheels plus envpool-atari.tgz: envpool trimmed to its
-# Atari and classic-control engines (the full envpool with its assets is
-# ~600 MB; the trimmed tree is ~11 MB). On the GPU machine:
-#
+# OUT_DIR receives, and keeps nothing else: the wheels pinned below, envpool-atari.tgz (envpool and its assets cut to
+# the Atari engine and ROMs, the only envpool tasks the scripts make) and COMMIT (the commit the tree is at, for the
+# sitting, which has no git). On the GPU machine benchmarks/gpu.sh installs them (docs/gpu.md):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site OUT_DIR/*.whl
-#   tar xzf OUT_DIR/envpool-atari.tgz -C /tmp/site
-#   export PYTHONPATH=/tmp/site
+#   tar xzf OUT_DIR/envpool-atari.tgz -C /tmp/site; export PYTHONPATH=/tmp/site
+# The check adds the bundle to the tree that travels with it (`git archive HEAD`, plus untracked files that git does
+# not ignore: they travel too) and fails above LIMIT_MIB: the GPU machine takes 64 MiB in all, and the margin is
+# for the tree's growth between a check and a sitting.
 set -euo pipefail
-out=${1:-.whl}
+LIMIT_MIB=${GPU_TRAVEL_LIMIT_MIB:-56}
+check_only=0
+if [ "${1:-}" = "--check" ]; then check_only=1; shift; fi
+if [ $# -gt 1 ] || { [ $# -eq 1 ] && [ "${1#-}" != "$1" ]; }; then
+  echo "usage: bash benchmarks/gpu_bundle.sh [--check] [OUT_DIR]" >&2
+  exit 2
+fi
+out=$(realpath -m "${1:-.whl}")
 py=${PYVER:-3.12}
-mkdir -p "$out"
-plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
-      --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64
-      --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
-get() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$py" \
-          --implementation cp "${plat[@]}" -d "$1" "${@:2}" 2>&1 | grep -v '^WARNING' || true; }
-# Pure-Python and small binary wheels the scripts need beyond torch.
-get "$out" tensordict==0.15.3 pyvers cloudpickle imageio gymnasium farama-notifications tyro docstring-parser typeguard \
-    mujoco==4.0.0 mujoco-core==4.0.0 mujoco-studio==4.0.0 glfw pyopengl \
-    dm-env dm-tree optree types-protobuf absl-py
-# envpool, trimmed: keep the Atari and classic-control engines and the Atari ROMs.
+cd "$(dirname "$0")/.."
+
+# The versions CI installs (.ci/run's fresh venv, November 2026), so that the GPU runs the code CI tested; pip's
+# --no-deps installs exactly these. Left out on purpose: mujoco-studio (mujoco 4 asks for it, but `import mujoco`
+# never loads it: it is the viewer), the rest of envpool (below), and what the GPU image already has (numpy,
+# absl-py, packaging, matplotlib, pillow). typing-extensions and cloudpickle are bundled although the image has them:
+# tyro 1.0.17 needs a newer typing-extensions than an image may hold, and CI's versions are the ones tested.
+PINS=(tensordict==0.15.3 pyvers==0.2.3 cloudpickle==3.1.3
+      gymnasium==1.4.0 farama-notifications==0.0.6
+      tyro==1.0.17 docstring-parser==0.18.0 typeguard==4.6.1 typing-extensions==4.16.0
+      mujoco==4.0.0 mujoco-core==4.0.0 glfw==2.11.0 pyopengl==3.1.10
+      dm-env==1.6 dm-tree==0.1.10 optree==0.20.0)
+ENVPOOL=(envpool==1.2.5 envpool-assets==0.3.0)
+
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+
+check() {  # the sizes that travel, in MiB; a failure above the limit
+  local bundle tree untracked total
+  [ -d "$out" ] || { echo "gpu_bundle: no bundle in $out; build it first: bash benchmarks/gpu_bundle.sh $out" >&2; exit 1; }
+  bundle=$(find "$out" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
+  tree=$(git archive HEAD | wc -c)
+  # untracked files that git does not ignore travel too; the bundle's own, if git does not ignore it, counted once
+  untracked=$(git ls-files -z --others --exclude-standard | { grep -zv "^$(realpath -m --relative-to=. "$out")/" || true; } |
+              xargs -0 -r stat -c %s | awk '{ s += $1 } END { print s + 0 }')
+  total=$((bundle + tree + untracked))
+  find "$out" -type f -printf '%s %f\n' | sort -rn | while read -r size name; do
+    printf '  %6s MiB  %s\n' "$(mib "$size")" "$name"; done
+  echo "bundle $(mib "$bundle") MiB + tree (git archive HEAD) $(mib "$tree") MiB + untracked $(mib "$untracked") MiB" \
+       "= $(mib "$total") MiB (limit $LIMIT_MIB MiB; the GPU machine takes 64)"
+  if [ "$total" -gt $((LIMIT_MIB * 1048576)) ]; then
+    echo "gpu_bundle: $(mib "$total") MiB would travel, over $LIMIT_MIB MiB: cut the bundle or the tree" >&2
+    exit 1
+  fi
+}
+
+if [ "$check_only" = 1 ]; then check; exit 0; fi
+
 tmp=$(mktemp -d)
-get "$tmp/whl" envpool envpool-assets
-mkdir -p "$tmp/site"
-for w in "$tmp"/whl/envpool-*.whl "$tmp"/whl/envpool_assets-*.whl; do
-  python3 -m zipfile -e "$w" "$tmp/site"
-done
+trap 'rm -rf "$tmp"' EXIT
+get() {  # cp312 manylinux x86-64 wheels, exactly these versions; a failure stops the build in one line
+  local dest=$1; shift
+  if ! python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$py" --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+      -d "$dest" "$@" >"$tmp/pip.log" 2>&1; then
+    echo "gpu_bundle: pip download failed: $(grep -E '^ERROR' "$tmp/pip.log" | head -1 || tail -1 "$tmp/pip.log")" >&2
+    exit 1
+  fi
+}
+get "$tmp/whl" "${PINS[@]}"
+get "$tmp/envpool" "${ENVPOOL[@]}"
+mkdir "$tmp/site"
+for w in "$tmp"/envpool/*.whl; do python3 -m zipfile -e "$w" "$tmp/site"; done
 ( cd "$tmp/site"
-  find envpool -name '*.so' -size +1M | grep -v -e /atari/ -e /classic_control/ | xargs rm -f
+  # envpool's Python layer and its Atari engine (atari_envpool.so links to the C library alone: envpool.libs' GL
+  # libraries serve its MuJoCo rendering); its assets' Atari ROMs. The entry point registers Atari alone.
+  keep=(__init__.py entry.py registration.py py.typed python atari)
+  for f in envpool/*; do [[ " ${keep[*]} " == *" ${f#envpool/} "* ]] || rm -rf "$f"; done
   find envpool_assets -mindepth 1 -maxdepth 1 -type d ! -name atari -exec rm -rf {} +
-  printf '"""Trimmed: Atari and classic control only."""\nimport envpool.atari.registration  # noqa: F401\nimport envpool.classic_control.registration  # noqa: F401\n' > envpool/entry.py
-  tar czf envpool-atari.tgz envpool envpool.libs envpool_assets envpool-*.dist-info 2>/dev/null || \
-  tar czf envpool-atari.tgz envpool envpool_assets envpool-*.dist-info )
-mv "$tmp/site/envpool-atari.tgz" "$out/"
-rm -rf "$tmp"
-ls -la "$out"
-du -sh "$out"
+  rm -rf envpool.libs
+  printf '"""Trimmed by benchmarks/gpu_bundle.sh: the Atari engine alone."""\nimport envpool.atari.registration  # noqa: F401\n' \
+    > envpool/entry.py
+  tar czf envpool-atari.tgz envpool envpool_assets envpool-*.dist-info envpool_assets-*.dist-info )
+mkdir -p "$out"
+rm -f "$out"/*.whl "$out"/*.tgz "$out"/COMMIT  # one version of each: two stop the whole install there
+mv "$tmp"/whl/*.whl "$tmp/site/envpool-atari.tgz" "$out/"
+# the commit the sitting runs (the copy of the tree there has no .git): HEAD, marked when tracked files differ from it
+if commit=$(git rev-parse --short HEAD 2>/dev/null); then
+  git diff --quiet HEAD 2>/dev/null || commit="$commit+changes"
+  echo "$commit" > "$out/COMMIT"
+fi
+check

@@ -57,18 +57,22 @@ Per pair and mode, as benchmarks/limits.py defines them for the CPU:
 The percentages are the profiled window's fps over each: fps and pieces from the same window and instruments.
 
 The sitting: rows run in priority order, modes in groups separated by '/', each group over every pair before the next;
-by default every pair's --compile --cudagraphs and eager, then every JAX twin, then every --compile. The budget counts
-from the start; a row starts only if its expected time (EXPECTED, plus ENV_EXPECTED where the pair's environment has
-not been measured yet) fits in what is left, and one that runs past the budget is stopped: both are left to the next
-command, which reads results.json back and runs only the rows it lacks (a row that failed keeps its error and is not
-run again unless --retry-failed), and sitting.log says so. Expected time per row on the GPU machine (16-core Xeon, an
-H100 or H200), from its process's start to its end: eager 30 s, --cudagraphs 40 s, JAX 50 s, --compile 70 s, --compile
---cudagraphs 75 s, and 10 s per pair for the environment alone: a row's own work measured on a 2-core CPU (start-up,
-windows, the profiler's processing), the first GPU sitting's fps, and compile times guessed from `pytest -m gpu -n 16`
-there (150 s for the whole GPU suite); revise them from the first sitting's sitting.log, which gives every row's time.
-With --budget 480 the first command covers --compile --cudagraphs and eager for PPO Atari, SAC, TD3 and continuous PPO
-(4 x (10 + 75 + 30) s = 460 s); the second DQN Atari's and DQN's and five JAX twins; the third the last JAX twin and
-the six --compile rows.
+by default one group, so a pair's rows run one after the other (--compile --cudagraphs, eager, the JAX twin,
+--compile), PPO Atari's first, then SAC's, TD3's, continuous PPO's, DQN Atari's and DQN's. The budget counts from the
+start; a row starts only if its expected time (EXPECTED, plus ENV_EXPECTED where the pair's environment has not been
+measured yet) fits in what is left, and one that runs past the budget is stopped: both are left to the next command,
+which reads results.json back and runs only the rows it lacks (a row that failed keeps its error and is not run again
+unless --retry-failed), and sitting.log says so. Every row and environment-alone measurement records the machine it
+ran on (leanrl_utils.machine.machine_id: a lent GPU machine is a fresh one each command, unless kept warm): a pair's
+bound adds up its rows and its environment, so they must share a machine, and a pair that a command adds rows to,
+measured so far on another machine, is measured again, whole. Expected time per row on the GPU machine (16-core Xeon,
+an H100 or H200), from its process's start to its end: eager 30 s, --cudagraphs 40 s, JAX 50 s, --compile 70 s,
+--compile --cudagraphs 75 s, and 10 s per pair for the environment alone: a row's own work measured on a 2-core CPU
+(start-up, windows, the profiler's processing), the first GPU sitting's fps, and compile times guessed from `pytest -m
+gpu -n 16` there (150 s for the whole GPU suite); revise them from the first sitting's sitting.log, which gives every
+row's time. A pair is 10 + 75 + 30 + 50 + 70 = 235 s: a 540-second command of the GPU sitting (benchmarks/gpu.py's plan
+limits) covers two pairs, and the study three such commands. --tiny runs the CPU-sized tasks of benchmarks/gpu.py
+(TINY_EXPECTED): the sitting's rehearsal.
 
 Outputs in --out, four files: results.json (each row's figures and busy series, the bounds, references and
 percentages derived from them, the commands, the machine), results.md (the tables), busy.png (the GPU's busy fraction
@@ -105,10 +109,13 @@ MODES = {
     "jax": ("JAX", "_jax", []),
 }
 DEFAULT_PAIRS = "ppo_atari,sac,td3,ppo_continuous,dqn_atari,dqn"
-DEFAULT_MODES = "compile+cudagraphs,eager/jax/compile"
+DEFAULT_MODES = "compile+cudagraphs,eager,jax,compile"  # one group: a pair's rows one after the other
 # seconds a row is expected to take on the GPU machine, from its start to its end (see the docstring)
 EXPECTED = {"eager": 30.0, "cudagraphs": 40.0, "jax": 50.0, "compile": 70.0, "compile+cudagraphs": 75.0}
 ENV_EXPECTED = 10.0  # the environment alone, --env-repeats x --env-steps
+# --tiny (the CPU rehearsal of the GPU sitting, benchmarks/gpu.py): rows of CPU-sized runs
+TINY_EXPECTED = {"eager": 10.0, "cudagraphs": 12.0, "jax": 15.0, "compile": 15.0, "compile+cudagraphs": 15.0}
+TINY_ENV_EXPECTED = 5.0
 OUT_OF_BUDGET = "ran out of the budget"
 WAITING, COPIES = "waiting for the GPU", "host-device copies"
 # device events by kind; the CUDA runtime and driver calls by what they do
@@ -125,13 +132,14 @@ def split_categories() -> list[str]:
     return [*CATEGORIES, COPIES, WAITING]
 
 
-def task(pair: str, total: int) -> tuple[str, list[str]]:
-    """A pair's eager script and its run's flags: the GPU speed table's task (benchmarks/gpu.py), `total` steps long;
-    the DQN pairs' exploration ending at the start of learning (see the docstring)."""
-    from benchmarks.gpu import PAIRS
+def task(pair: str, total: int, tiny: bool = False) -> tuple[str, list[str]]:
+    """A pair's eager script and its run's flags: the GPU speed table's task (benchmarks/gpu.py; with `tiny`, its
+    CPU-sized one), `total` steps long; the DQN pairs' exploration ending at the start of learning (see the
+    docstring)."""
+    from benchmarks import gpu
     from leanrl_utils.scripts import load_script
 
-    eager, env_id, _, flags = PAIRS[pair]
+    eager, env_id, _, flags = (gpu.TINY_PAIRS if tiny else gpu.PAIRS)[pair]
     args = ["--env-id", env_id, *shlex.split(flags), "--total-timesteps", str(total)]
     if pair.startswith("dqn"):
         given = args[args.index("--learning-starts") + 1] if "--learning-starts" in args else None
@@ -873,7 +881,7 @@ class Log:
 
 
 def machine() -> dict:
-    from leanrl_utils.machine import describe_machine
+    from leanrl_utils.machine import commit, describe_machine
 
     info = describe_machine()
     try:
@@ -882,8 +890,7 @@ def machine() -> dict:
         info["nvidia-smi"] = smi or "no output"
     except (OSError, subprocess.TimeoutExpired):
         info["nvidia-smi"] = "not found"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    info["commit"] = commit.stdout.strip() or "unknown"
+    info["commit"] = commit(REPO)  # without git on the GPU machine: LEANRL_COMMIT, set by benchmarks/gpu.sh
     return info
 
 
@@ -895,7 +902,7 @@ def plan(pairs: list[str], modes: str) -> list[tuple[str, str]]:
 def run_row(pair: str, mode: str, opts, timeout: float, env: dict, why_not_profiled: str | None = None) -> dict:
     """One row: its run under the launcher, stopped at the budget's end; its figures, or its error (with `crashed`
     where the process died of a signal: a fault below Python, such as CUPTI's)."""
-    eager, args = task(pair, opts.total_timesteps)
+    eager, args = task(pair, opts.total_timesteps, opts.tiny)
     suffix, flags = MODES[mode][1], MODES[mode][2]
     script = REPO / "leanrl" / f"{eager}{suffix}.py"
     failed = {"pair": pair, "mode": mode}
@@ -948,6 +955,7 @@ def save(out: Path, data: dict, log=print, picture: bool = True) -> None:
 def sitting(opts, env: dict | None = None) -> dict:
     from benchmarks.common import command_line
     from benchmarks.limits import environment_alone
+    from leanrl_utils.machine import machine_id
 
     deadline = time.monotonic() + opts.budget
     out = opts.out
@@ -956,15 +964,35 @@ def sitting(opts, env: dict | None = None) -> dict:
     env = env if env is not None else {k: v for k, v in os.environ.items() if k != "MUJOCO_GL"}
     path = out / "results.json"
     data = json.loads(path.read_text()) if path.exists() else {"commands": [], "env_sps": {}, "rows": {}}
-    data["commands"].append({"command": command_line(), "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime())})
+    me = machine_id()
+    data["commands"].append({"command": command_line(), "machine": me,
+                             "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime())})
     data["machine"] = machine()
+    data.setdefault("env_machine", {})
     log(f"sitting: {data['commands'][-1]['command']}")
-    for pair, mode in plan(opts.pairs.split(","), opts.modes):
-        key = f"{pair} {mode}"
+    expected_row, expected_env = (TINY_EXPECTED, TINY_ENV_EXPECTED) if opts.tiny else (EXPECTED, ENV_EXPECTED)
+    rows = plan(opts.pairs.split(","), opts.modes)
+
+    def wanted(key: str) -> bool:  # not measured (or failed) by an earlier command of this sitting
         old = data["rows"].get(key)
-        if old is not None and ("error" not in old or (old["error"] != OUT_OF_BUDGET and not opts.retry_failed)):
-            continue  # measured (or failed) by an earlier command of this sitting
-        expected = EXPECTED[mode] + (ENV_EXPECTED if pair not in data["env_sps"] else 0)
+        return old is None or ("error" in old and (old["error"] == OUT_OF_BUDGET or opts.retry_failed))
+    # a pair's rows and its environment alone, measured on one machine: the bound adds them up. A pair that this
+    # command adds rows to, measured so far on another machine, is measured again here, whole
+    for pair in dict.fromkeys(p for p, _ in rows):
+        if not any(wanted(f"{p} {m}") for p, m in rows if p == pair):
+            continue
+        machines = {r.get("machine") for r in data["rows"].values() if r["pair"] == pair}
+        machines |= {data["env_machine"][pair]} if pair in data["env_machine"] else set()
+        if machines - {me}:
+            log(f"{pair}: its rows so far ran on another machine; all of them run again on this one")
+            data["rows"] = {k: r for k, r in data["rows"].items() if r["pair"] != pair}
+            data["env_sps"].pop(pair, None)
+            data["env_machine"].pop(pair, None)
+    for pair, mode in rows:
+        key = f"{pair} {mode}"
+        if not wanted(key):
+            continue
+        expected = expected_row[mode] + (expected_env if pair not in data["env_sps"] else 0)
         left = deadline - time.monotonic()
         if left < expected:
             log(f"{key}: left out, {left:.0f} s left, ~{expected:.0f} s needed")
@@ -973,17 +1001,18 @@ def sitting(opts, env: dict | None = None) -> dict:
             t0 = time.monotonic()
             try:
                 data["env_sps"][pair] = max(environment_alone(pair, opts.env_steps) for _ in range(opts.env_repeats))
+                data["env_machine"][pair] = me
                 log(f"{pair}: the environment alone, {data['env_sps'][pair]:.0f} steps/s "
                     f"({time.monotonic() - t0:.0f} s)")
             except Exception as failure:  # no bound for this pair; its rows still run
                 log(f"{pair}: the environment alone failed: {failure!r}"[:300])
         log(f"{key}: ...")
-        row = data["rows"][key] = run_row(pair, mode, opts, deadline - time.monotonic(), env)
-        if row.get("crashed") and deadline - time.monotonic() >= EXPECTED[mode]:
+        row = data["rows"][key] = run_row(pair, mode, opts, deadline - time.monotonic(), env) | {"machine": me}
+        if row.get("crashed") and deadline - time.monotonic() >= expected_row[mode]:
             # the run died of a signal: once more without the profiler, for its fps and its split at least
             log(f"{key}: the run died ({row['error'].splitlines()[0]}); once more without torch.profiler")
             why = f"the run died with it ({row['error'].splitlines()[0]})"
-            row = data["rows"][key] = run_row(pair, mode, opts, deadline - time.monotonic(), env, why)
+            row = data["rows"][key] = run_row(pair, mode, opts, deadline - time.monotonic(), env, why) | {"machine": me}
         if "error" in row:
             log(f"{key}: failed after {row['wall_s']:.0f} s: {row['error'].splitlines()[0]}")
         else:
@@ -1013,6 +1042,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> None:
     parser.add_argument("--env-repeats", type=int, default=3, help="environment-alone measurements per pair (the best)")
     parser.add_argument("--total-timesteps", type=int, default=100_000_000, help="the runs' length: more than needed")
     parser.add_argument("--retry-failed", action="store_true", help="run again the rows that failed")
+    parser.add_argument("--tiny", action="store_true", help="the GPU sitting's CPU rehearsal: its CPU-sized tasks")
     parser.add_argument("--rerender", type=Path, default=None, metavar="FOLDER",
                         help="rewrite FOLDER's results.md and busy.png from its results.json, and nothing else")
     opts = parser.parse_args(argv)

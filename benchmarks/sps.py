@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -51,8 +52,17 @@ def run_once(config: str, common: list[str], steps: int, env_id: str | None, wor
         cmd += ["--env-id", env_id]
     run_dir = Path(tempfile.mkdtemp(dir=workdir))
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=run_dir, env={**(os.environ if env is None else env), **settings},
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    # in a process group of its own, ended whole at the timeout (or when this process is interrupted): a compiling
+    # run has children (inductor's compile workers) that killing the script alone would leave running
+    proc = subprocess.Popen(cmd, cwd=run_dir, env={**(os.environ if env is None else env), **settings},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    except BaseException:
+        kill_group(proc)
+        raise
+    kill_group(proc)  # what the run left behind, if anything
+    proc = subprocess.CompletedProcess(cmd, proc.returncode, None, stderr)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"{config} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -61,6 +71,15 @@ def run_once(config: str, common: list[str], steps: int, env_id: str | None, wor
         raise SystemExit(f"{config}: no charts/SPS logged; give it more --steps")
     warmup = scalars.get("charts/warmup_time", [(0, float("nan"))])[-1][1]
     return {"sps": scalars["charts/SPS"][-1][1], "warmup": warmup, "wall": wall}
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to the process group that `proc` leads (started with start_new_session), and wait for `proc`."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the group is gone: nothing of it runs
+        pass
+    proc.wait()
 
 
 def verdict(sps: list[float], first: list[float]) -> str:

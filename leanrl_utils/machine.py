@@ -1,9 +1,13 @@
 """The machine a measurement runs on, written beside every committed figure (by the benchmarks) and every
-report (by run.sh), and a free port on its loopback (for the process groups of the benchmarks and tests); it
-needs nothing but the standard library, and torch if it is installed."""
+report (by run.sh), what tells two machines apart and which commit ran there (for the GPU sitting, whose
+machines start bare and whose copy of the tree has no git), and a free port on its loopback (for the process
+groups of the benchmarks and tests); it needs nothing but the standard library, and torch if it is installed."""
 
+import os
 import platform
+import shutil
 import socket
+import subprocess
 from pathlib import Path
 
 
@@ -47,3 +51,33 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def machine_id() -> str:
+    """What tells this machine apart from the next one lent: its host name and its boot (a lent GPU machine is a
+    fresh one each time, possibly the same host name). LEANRL_MACHINE_ID replaces it (the CPU rehearsal of the GPU
+    sitting plays a second machine so)."""
+    if os.environ.get("LEANRL_MACHINE_ID"):
+        return os.environ["LEANRL_MACHINE_ID"]
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    except OSError:
+        boot = "unknown-boot"
+    return f"{platform.node() or 'unknown-host'}-{boot}"
+
+
+def commit(repo: Path) -> str:
+    """The commit the tree at `repo` is at: LEANRL_COMMIT where it is set (the GPU sitting sets it from its bundle's
+    COMMIT file), else git's answer where git and the repository's .git are there, else "unknown". Never fails: a
+    copy of the tree without git is the GPU machine's case."""
+    if os.environ.get("LEANRL_COMMIT"):
+        return os.environ["LEANRL_COMMIT"]
+    if shutil.which("git") and (repo / ".git").exists():
+        try:
+            out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
+                                 timeout=30)
+            if out.returncode == 0 and out.stdout.strip():
+                return out.stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return "unknown"

@@ -6,6 +6,7 @@ import statistics
 import subprocess
 import sys
 
+import pytest
 from helpers import ENV, REPO
 
 from benchmarks import optimizations_parts as parts
@@ -196,64 +197,64 @@ def test_one_name_per_study():
     assert all(any(s == p or s.startswith(f"{p}_") for s in studies) for p in pages - {"quoted", "rules", "learning"})
 
 
-def test_gpu_sitting_parts_dry_run_on_the_cpu(tmp_path, monkeypatch):
-    """The GPU sitting (benchmarks/gpu.py), its parts run on the CPU at tiny sizes: each writes what docs/gpu.md
-    says into the one folder; the speed part resumes the sitting from speed.json (a second command adds a round,
-    it does not start again), and a run that would not fit in the budget is left out, in the log."""
+@pytest.mark.slow
+def test_gpu_learning_run_stops_only_a_run_still_running(tmp_path, monkeypatch):
+    """The GPU sitting's learn part (benchmarks/gpu.py) on the CPU, tiny, twice. An eager run that cannot end within
+    the compiled run's time (ten times its steps) is stopped with a Ctrl-C once its writer is open, and exits by
+    itself, its logs kept (exit 130); an eager run that ends well before its time (fewer steps, two minutes allowed)
+    is never signalled (exit 0). Both are certain whatever the machine's speed: the old part signalled a run that
+    had just finished, and it died of the SIGINT in its shutdown (exit -2), once in CI. This process ignores SIGINT
+    meanwhile, as a command started in the background by a shell without job control does: the runs get it back."""
+    import signal
+
     from benchmarks import gpu
 
-    monkeypatch.setattr(gpu, "PAIRS", {"dqn": ("dqn", "CartPole-v1", 700, "--learning-starts 200 --measure-after 5")})
-    monkeypatch.setattr(gpu, "MODES", ["eager", "--cudagraphs"])
-    pendulum = ["--env-id", "Pendulum-v1", "--learning-starts", "200"]
-    monkeypatch.setattr(gpu, "MAIN_JOB", ["sac_continuous_action_torchcompile", "--cudagraphs"])
-    monkeypatch.setattr(gpu, "MAIN_TASK", pendulum)
-    monkeypatch.setattr(gpu, "LEARN_TASK", pendulum)
-    sitting = gpu.Sitting(tmp_path, budget=600)
-    sitting.env = {k: v for k, v in ENV.items() if k != "MUJOCO_GL"}  # the tests' share of the cores, no CUDA
-    gpu.machine(sitting)
-    gpu.main_job(sitting, steps=420)  # logs at steps 300 and 400
-    gpu.speed(sitting, ["dqn"], rounds=1)
-    gpu.learn(sitting, steps=500)
-
-    main = json.loads((tmp_path / "main_job.json").read_text())
-    assert main["returncode"] == 0 and main["fps"][0] > 0 and main["logged"]["losses/qf_loss"] == 2, main
-    data = json.loads((tmp_path / "speed.json").read_text())
-    runs = data["pairs"]["dqn"]["runs"]
-    assert [len(runs[m]) for m in gpu.MODES] == [1, 1] and all(r[0]["sps"] > 0 for r in runs.values()), runs
-    gpu.speed(sitting, ["dqn"], rounds=2)  # a second command: a second round, the first one kept
-    again = json.loads((tmp_path / "speed.json").read_text())["pairs"]["dqn"]["runs"]
-    assert [len(again[m]) for m in gpu.MODES] == [2, 2] and again["eager"][0] == runs["eager"][0]
-    rows = table_rows((tmp_path / "speed.md").read_text())
-    eager = statistics.median(r["sps"] for r in again["eager"])
-    assert rows[1][0] == "dqn (700 steps)" and rows[1][1] == f"{eager:.1f} (2 rounds)", rows
-
-    learning = json.loads((tmp_path / "learning.json").read_text())
-    compiled, eager_run = learning["compiled"], learning["eager"]
-    assert compiled["returncode"] == 0 and compiled["last_step"] >= 400 and "charts/episodic_return" in compiled["scalars"]
-    assert eager_run["returncode"] in (0, 130) and eager_run["scalars"]["charts/start"], eager_run["stderr_tail"]
-    assert json.loads((tmp_path / "machine.json").read_text())["commit"]
-
-    tight = gpu.Sitting(tmp_path, budget=1)  # nothing fits: every run is left out, and said so
-    gpu.speed(tight, ["dqn"], rounds=3)
-    assert json.loads((tmp_path / "speed.json").read_text())["pairs"]["dqn"]["runs"] == again
-    assert (tmp_path / "sitting.log").read_text().count("left out") == len(gpu.MODES)
+    monkeypatch.setattr(gpu, "MAIN_JOB", ["sac_continuous_action_torchcompile", "--cudagraphs"])  # no compiling
+    monkeypatch.setattr(gpu, "TINY_TASK", ["--env-id", "Pendulum-v1", "--learning-starts", "100"])
+    sitting = gpu.Sitting(tmp_path, budget=900, tiny=True)
+    # no CUDA, one thread: tiny runs, which spinning threads on a loaded CPU slow down several times
+    sitting.env = {k: v for k, v in ENV.items() if k != "MUJOCO_GL"} | {"OMP_NUM_THREADS": "1"}
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        gpu.learn(sitting, steps=250, eager_steps=2500)
+        stopped = json.loads((tmp_path / "learning.json").read_text())
+        gpu.learn(sitting, steps=250, eager_steps=150, stop_after=120)
+        ended = json.loads((tmp_path / "learning.json").read_text())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    for run in (stopped["compiled"], ended["compiled"]):
+        assert run["returncode"] == 0 and not run["stopped"] and run["last_step"] >= 200, run
+        assert "charts/episodic_return" in run["scalars"] and run["scalars"]["charts/start"]
+    assert stopped["eager"]["stopped"] and stopped["eager"]["returncode"] == 130, stopped["eager"]["stderr_tail"]
+    assert stopped["eager"]["scalars"]["charts/start"] and stopped["eager"]["last_step"] < 2500
+    assert not ended["eager"]["stopped"] and ended["eager"]["returncode"] == 0, ended["eager"]["stderr_tail"]
+    log = (tmp_path / "sitting.log").read_text()
+    assert "sac_continuous_action.py --env-id Pendulum-v1 --learning-starts 100 --total-timesteps 2500, stopped by " \
+           "a Ctrl-C after" in log, log
+    assert "eager: exit 130 after its Ctrl-C" in log and "eager: exit 0, " in log, log
 
 
 def test_gpu_speed_table_is_computed_from_the_rounds():
-    """The GPU speed table from made-up rounds: medians over the rounds that measured a mode, ratios to eager
-    over the rounds that measured both, --compile --cudagraphs against JAX by the tie rule, a failure named."""
+    """The GPU speed table from made-up rounds: per pair and GPU, medians over the rounds that measured a mode, ratios
+    to eager over the rounds that measured both (each round on one machine), --compile --cudagraphs against JAX by
+    the tie rule, a failure named, LeanRL's H100 figures beside; another GPU's rounds in a row of their own."""
     from benchmarks.gpu import speed_table
 
-    def runs(*fps):
-        return [{"sps": x, "warmup": 1.0, "wall": 5.0} if x else {"error": "boom\nmore", "wall": 5.0} for x in fps]
-    data = {"pairs": {"sac": {"steps": 7000, "runs": {
-        "eager": runs(100, 120), "--compile --cudagraphs": runs(300, 480), "JAX": runs(200, 210),
-        "--compile": runs(None, None)}}}}
-    row = table_rows(speed_table(data))[1]
-    assert row[0] == "sac (7000 steps)" and row[1] == "110.0 (2 rounds)"
-    assert row[2] == "390.0 (2 rounds, 3.50x eager)"  # 300/100 and 480/120: their median
-    assert row[4] == "failed: boom" and row[5] == "1.89x"  # the rounds' 1.50 and 2.29
-    assert row[6] == "faster"  # 300 and 480 both above JAX's 200-210
+    def rnd(gpu, eager, best, jax, compiled=None):
+        runs = {"eager": {"sps": eager}, "compile+cudagraphs": {"sps": best}, "jax": {"sps": jax},
+                "compile": {"sps": compiled} if compiled else {"error": "boom\nmore"}}
+        return {"machine": f"{gpu}-host", "gpu": gpu, "runs": runs}
+    data = {"pairs": {"sac": {"steps": 7000, "rounds": [rnd("H100", 100, 300, 200), rnd("H100", 120, 480, 210),
+                                                        rnd("H200", 150, 600, 300, compiled=450)]}}}
+    rows = table_rows(speed_table(data))
+    assert rows[0][2:] == ["eager", "`--compile`", "`--compile --cudagraphs`", "JAX", "`--compile --cudagraphs` / JAX",
+                           "`--compile --cudagraphs` against JAX",
+                           "LeanRL, one H100: eager / `--compile` / `--compile --cudagraphs`"], rows[0]
+    h100, h200 = rows[1], rows[2]
+    assert h100[:3] == ["sac (7000 steps)", "H100", "110.0 (2 rounds)"] and h100[3] == "failed: boom"
+    assert h100[4] == "390.0 (2 rounds, 3.50x eager)"  # 300/100 and 480/120: their median
+    assert h100[6:9] == ["1.89x", "faster", "130 / 255 / 725"]  # the rounds' 1.50 and 2.29; 300 and 480 above 210
+    assert h200[1:5] == ["H200", "150.0 (1 round)", "450.0 (1 round, 3.00x eager)", "600.0 (1 round, 4.00x eager)"]
 
 
 def test_busy_machine_table_and_load():

@@ -152,6 +152,38 @@ def test_a_run_that_dies_is_run_again_without_the_profiler(tmp_path, monkeypatch
         (tmp_path / "sitting.log").read_text()
 
 
+def test_a_pair_measured_on_another_machine_is_measured_again_whole(tmp_path, monkeypatch):
+    """Every row and environment-alone measurement records its machine, and a pair's bound adds them up: a command on
+    another machine that adds a row to a pair measures the whole pair again there (said in the log); a command on the
+    same machine adds the row alone. Made-up rows and environments: what is checked is the plan."""
+    import benchmarks.limits
+
+    monkeypatch.setattr(gpu, "PAIRS", TINY)
+    runs, envs = [], []
+    monkeypatch.setattr(gl, "run_row", lambda pair, mode, *args: runs.append(mode) or
+                        {"pair": pair, "mode": mode, "error": "made up", "wall_s": 1.0})
+    monkeypatch.setattr(benchmarks.limits, "environment_alone", lambda pair, steps: envs.append(pair) or 1000.0)
+    argv = ["--out", str(tmp_path), "--pairs", "dqn", "--modes", "eager,jax", "--budget", "60", *SMALL]
+
+    def command(machine, jax_expected):
+        monkeypatch.setenv("LEANRL_MACHINE_ID", machine)
+        monkeypatch.setattr(gl, "EXPECTED", {**gl.EXPECTED, "eager": 1.0, "jax": jax_expected})
+        gl.main(argv, CPU_ENV)
+        return json.loads((tmp_path / "results.json").read_text())
+
+    first = command("machine-a", 10_000.0)  # the JAX row does not fit: left out
+    assert runs == ["eager"] and first["rows"]["dqn eager"]["machine"] == "machine-a"
+    assert first["env_machine"] == {"dqn": "machine-a"}
+    second = command("machine-b", 1.0)  # another machine adds the JAX row: the pair again, whole
+    assert runs == ["eager", "eager", "jax"] and envs == ["dqn"] * 4  # twice the best of --env-repeats 2
+    assert {r["machine"] for r in second["rows"].values()} == {"machine-b"} and second["env_machine"]["dqn"] == "machine-b"
+    assert "dqn: its rows so far ran on another machine; all of them run again on this one" in \
+        (tmp_path / "sitting.log").read_text()
+    monkeypatch.setattr(gl, "EXPECTED", {**gl.EXPECTED})
+    command("machine-b", 1.0)  # nothing left to add
+    assert runs == ["eager", "eager", "jax"]
+
+
 def test_the_gpus_figures_from_made_up_events():
     """analyse() on a made-up run of dqn.py: a plain window of 2 s and a profiled one of 2 s (200 steps each); samples
     on the line that steps the environment for a second, every 10 ms, then on the update's backward pass for a second,

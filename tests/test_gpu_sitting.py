@@ -1,0 +1,349 @@
+"""The GPU sitting rehearsed on the CPU: every command of docs/gpu.md's plan, run as the device tool runs it (`bash -c
+COMMAND` in the repository root, $OUT an empty folder), in a copy of the tree holding only what would travel (the
+files git tracks or does not ignore, and the carried bundle: here a made-up one, a wheel and a COMMIT file), with no
+git on the PATH, CUDA hidden and SIGINT ignored, at tiny sizes (--tiny) and with a shrunken budget. Each command must come back
+within the GPU machine's limits: at most 8 files in OUT, at most one folder down, names of letters, digits, '.', '_'
+and '-', a console log among them, and its wall time under its budget. The first command, with GPU tests that hang
+added to the copy, is stopped at its deadline and still leaves its junit file; the second continues the folder the
+first one's files were committed to, and brings back only the files it changed. The speed part's rounds (whole, on
+one machine, a cut one not recorded) are checked on made-up runs."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+import zipfile
+from pathlib import Path
+
+import pytest
+from helpers import ENV, REPO
+
+from benchmarks import gpu
+
+SITTING = "cpu_rehearsal"  # the sitting's folder under docs/gpu/ in the copy: where a command's files are committed
+COMMIT = "abc1234+rehearsal"  # the carried bundle's COMMIT: the commit every command must record
+NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def planned_commands() -> list[tuple[str, int]]:
+    """docs/gpu.md's plan: each command (its `bash benchmarks/gpu.sh` line) and the timeout_s it is run under."""
+    text = (REPO / "docs" / "gpu.md").read_text()
+    block = re.search(r"^#+ The plan\n.*?^```text\n(.*?)^```", text, re.S | re.M).group(1)
+    commands, timeout = [], None
+    for line in block.splitlines():
+        if m := re.search(r"timeout_s=(\d+)", line):
+            timeout = int(m.group(1))
+        elif line.startswith("bash benchmarks/gpu.sh"):
+            commands.append((line.strip(), timeout))
+    return commands
+
+
+def travelling_copy(dest: Path) -> Path:
+    """What the device tool takes along: the files git tracks or does not ignore (git ls-files; without git, the tree
+    but for .git and the names .gitignore lists), and the carried .whl/: here a made-up bundle (one pure wheel, an
+    envpool-atari.tgz of a marker, the COMMIT file)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, text=True)
+    if listed.returncode == 0:
+        for name in filter(None, listed.stdout.split("\0")):
+            if (REPO / name).is_file():
+                (dest / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / name, dest / name)
+    else:
+        ignored = [line.strip().strip("/") for line in (REPO / ".gitignore").read_text().splitlines()
+                   if line.strip() and not line.startswith("#")]
+        shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(".git", *ignored))
+    bundle = dest / ".whl"
+    bundle.mkdir()
+    with zipfile.ZipFile(bundle / "rehearsal_marker-1.0-py3-none-any.whl", "w") as whl:
+        whl.writestr("rehearsal_marker.py", "BUNDLED = True\n")
+        info = "rehearsal_marker-1.0.dist-info"
+        whl.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: rehearsal-marker\nVersion: 1.0\n")
+        whl.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: leanrl-tests\nRoot-Is-Purelib: true\n"
+                                      "Tag: py3-none-any\n")
+        whl.writestr(f"{info}/RECORD", "")
+    (dest / "marker").mkdir()
+    (dest / "marker" / "README").write_text("unpacked from the bundle's tarball\n")
+    subprocess.run(["tar", "czf", str(bundle / "envpool-atari.tgz"), "-C", str(dest), "marker"], check=True)
+    shutil.rmtree(dest / "marker")
+    (bundle / "COMMIT").write_text(COMMIT + "\n")
+    return dest
+
+
+def path_without_git(tmp: Path) -> str:
+    """A PATH with every program of this one but git, as links in one folder. This Python's own folder (a venv's,
+    where git is not) stays first as it is: a venv's python, called through a link elsewhere, would not find its
+    venv."""
+    first = Path(sys.executable).parent
+    venv = not (first / "git").exists()
+    farm = tmp / "bin"
+    farm.mkdir()
+    for folder in [Path(d) for d in os.environ["PATH"].split(os.pathsep) if d]:
+        if folder.is_dir() and not (venv and folder == first):
+            for exe in folder.iterdir():
+                if exe.name != "git" and not (farm / exe.name).exists() and exe.is_file() and os.access(exe, os.X_OK):
+                    (farm / exe.name).symlink_to(exe)
+    path = os.pathsep.join([str(first), str(farm)] if venv else [str(farm)])
+    assert shutil.which("git", path=path) is None
+    return path
+
+
+@pytest.fixture
+def copy(tmp_path) -> Path:
+    return travelling_copy(tmp_path / "tree")
+
+
+def rehearse(copy: Path, command: str, out: Path, budget: float, path: str) -> tuple[subprocess.CompletedProcess, float]:
+    """`command` as the device tool runs it, at tiny sizes and with `budget` seconds: its result and wall time."""
+    out.mkdir()
+    run_env = {k: v for k, v in ENV.items() if not k.startswith("PYTEST_") and k not in ("MUJOCO_GL", "PYTHONPATH")}
+    # one thread per run (and single-threaded XLA): the runs are tiny, and spinning threads on a loaded CPU make them
+    # several times slower (tests/conftest.py)
+    run_env |= {"OUT": str(out), "PATH": path, "OMP_NUM_THREADS": "1", "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
+    tiny = f"{command.replace('<sitting>', SITTING)} --tiny --budget {budget:g} --workers 2 --grace 30"
+    start = time.monotonic()
+    # with SIGINT ignored, as a shell without job control starts a command in the background (the GPU machine's way
+    # of starting it is not known): the sitting's Ctrl-Cs must still reach pytest and the learning run
+    proc = subprocess.run(["bash", "-c", tiny], cwd=copy, env=run_env, capture_output=True, text=True,
+                          timeout=budget + 60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    return proc, time.monotonic() - start
+
+
+def assert_comes_back(out: Path, proc: subprocess.CompletedProcess, wall: float, budget: float) -> dict[str, Path]:
+    """What the GPU machine would bring back of OUT, and the command's time: every file, within the limits."""
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    files = {str(p.relative_to(out)): p for p in sorted(out.rglob("*")) if p.is_file()}
+    assert len(files) <= 8, f"{len(files)} files in OUT: {sorted(files)}"
+    assert all(len(Path(f).parts) <= 2 for f in files), f"deeper than one folder: {sorted(files)}"
+    assert all(NAME.match(p.name) for p in out.rglob("*")), f"names the machine refuses: {sorted(files)}"
+    assert {"console.log", "sitting.log", "machine.json"} <= set(files), sorted(files)
+    assert wall < budget, f"{wall:.1f} s against a budget of {budget:g} s"
+    machine = json.loads(files["machine.json"].read_text())
+    assert machine["commands"][-1]["commit"] == COMMIT, machine["commands"]  # from the bundle's file: no git here
+    console = files["console.log"].read_text()  # all that the command printed, the bundle's install to the end
+    assert "gpu.sh: the bundle installed" in console and "sitting: done" in console, console[-2000:]
+    return files
+
+
+def commit_into(copy: Path, out: Path) -> None:
+    """What the caller does with what came back: its files replace the sitting folder's, in the tree that travels."""
+    folder = copy / "docs" / "gpu" / SITTING
+    for f in out.rglob("*"):
+        if f.is_file():
+            (folder / f.relative_to(out)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, folder / f.relative_to(out))
+
+
+HANGING = '''"""GPU tests that hang: the rehearsal's way to make the sitting stop pytest at its deadline."""
+import subprocess
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("i", range(40))
+def test_a_gpu_test_that_hangs(i):
+    subprocess.run(["sleep", "{seconds}"])
+'''
+
+
+@pytest.mark.slow
+def test_a_sitting_rehearsed_stops_at_its_deadline_and_resumes(copy, tmp_path):
+    """The plan's first two commands, as a sitting runs them. The first, with GPU tests that hang added to the copy:
+    each is stopped by the per-test timeout, then pytest by its SIGINT at the deadline kept for the main job, and its
+    junit.xml is there, with the hanging tests that ran and the real GPU tests (skipped: no CUDA); the main job then
+    runs. Its files are committed into docs/gpu/<sitting>; the second command continues that folder (its logs go on
+    from the first's) and brings back only the files it changed, its speed rounds whole, each on its machine."""
+    path = path_without_git(tmp_path)
+    (first, _), (second, _) = planned_commands()[:2]
+    seconds = f"1234.{os.getpid()}"  # this test's mark on the hanging tests' processes
+    (copy / "tests" / "test_zz_hanging.py").write_text(HANGING.format(seconds=seconds))
+    proc, wall = rehearse(copy, first, tmp_path / "out1", 160, path)
+    files = assert_comes_back(tmp_path / "out1", proc, wall, 160)
+    assert {"junit.xml", "pytest.log", "main_job.json"} <= set(files), sorted(files)
+    log = files["sitting.log"].read_text()
+    assert "tests: stopped at its time limit by a SIGINT" in log, log
+    cases = ET.parse(files["junit.xml"]).getroot().iter("testcase")
+    outcomes = {(case.get("name").split("[")[0], child.tag) for case in cases for child in case}
+    assert ("test_a_gpu_test_that_hangs", "failure") in outcomes, outcomes  # over LEANRL_TEST_TIMEOUT
+    assert ("test_every_mode_runs_on_cuda_logs_and_replays_its_graphs", "skipped") in outcomes, outcomes
+    assert "over the 8 s that LEANRL_TEST_TIMEOUT gives a test" in files["junit.xml"].read_text()
+    assert not subprocess.run(["pgrep", "-f", f"sleep {seconds}"], capture_output=True).stdout  # none is left
+    main = json.loads(files["main_job.json"].read_text())
+    assert main["returncode"] == 0 and main["fps"] and main["machine"], main
+
+    commit_into(copy, tmp_path / "out1")
+    (copy / "tests" / "test_zz_hanging.py").unlink()
+    assert "--resume docs/gpu/<sitting>" in second
+    proc, wall = rehearse(copy, second, tmp_path / "out2", 100, path)
+    again = assert_comes_back(tmp_path / "out2", proc, wall, 100)
+    assert set(again) == {"console.log", "sitting.log", "machine.json", "speed.json", "speed.md"}, sorted(again)
+    for name in ("console.log", "sitting.log"):  # the first command's, continued
+        assert again[name].read_text().startswith(files[name].read_text()), name
+    assert [c["plan"] for c in json.loads(again["machine.json"].read_text())["commands"]] == ["check", "headline"]
+    # every pair ran a whole round, on this machine, or was left for the next command or cut short, said so (how far
+    # a budget goes depends on the CPU's load: test_the_speed_rounds_are_whole_and_on_one_machine checks the rules)
+    speed = json.loads(again["speed.json"].read_text())["pairs"]
+    log = again["sitting.log"].read_text()
+    for pair in gpu.HEADLINE["pairs"].split(","):
+        rounds = speed.get(pair, {}).get("rounds", [])
+        assert all(set(r["runs"]) == {"eager", "compile+cudagraphs", "jax"} and r["machine"] for r in rounds), rounds
+        assert all(run.get("sps", 0) > 0 for r in rounds for run in r["runs"].values()), rounds
+        assert rounds or re.search(rf"speed: {pair} round 1 .*(left for the next command|cut short)", log), log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", range(2, 7))
+def test_a_later_command_rehearsed(n, copy, tmp_path):
+    """Each later command of the plan, resumed from a committed folder (the first command's files, made up), with a
+    budget that lets little run: it comes back within the limits and in time, continues the folder's log, brings back
+    only the files it changed, and says what it left for the next command or what it ran."""
+    command, timeout = planned_commands()[n]
+    assert "--resume docs/gpu/<sitting>" in command and timeout <= 600
+    folder = copy / "docs" / "gpu" / SITTING
+    folder.mkdir(parents=True)
+    (folder / "sitting.log").write_text("00:00:00 sitting: the first command\n")
+    (folder / "console.log").write_text("=== the first command\n")
+    (folder / "machine.json").write_text(json.dumps({"machines": {}, "commands": [{"plan": "check"}]}))
+    for name in ("junit.xml", "pytest.log", "main_job.json"):  # the first command's own: not this one's to bring back
+        (folder / name).write_text("made up\n")
+    budget = 80 if "learn" in command else 15
+    proc, wall = rehearse(copy, command, tmp_path / "out", budget, path_without_git(tmp_path))
+    files = assert_comes_back(tmp_path / "out", proc, wall, budget)
+    assert files["sitting.log"].read_text().startswith("00:00:00 sitting: the first command\n")
+    assert files["console.log"].read_text().startswith("=== the first command\n")
+    log = files["sitting.log"].read_text()
+    common = {"console.log", "sitting.log", "machine.json"}
+    if "learn" in command:
+        assert set(files) == common | {"learning.json"}, sorted(files)
+        learning = json.loads(files["learning.json"].read_text())
+        assert learning["compiled"]["returncode"] == 0 and learning["eager"]["last_step"] > 0, learning
+    elif "limits" in command:
+        limits = {f"limits/{name}" for name in ("results.json", "results.md", "busy.png", "sitting.log")}
+        assert set(files) == common | limits, sorted(files)
+    else:
+        assert set(files) == common | {"speed.json", "speed.md"}, sorted(files)
+        assert "left for the next command" in log, log
+
+
+def test_a_broken_bundle_stops_the_command_in_one_line(copy, tmp_path):
+    """A wheel of the bundle that pip cannot install: one line says so, and the command fails before any part."""
+    (copy / ".whl" / "broken-1.0-py3-none-any.whl").write_text("not a wheel")
+    out = tmp_path / "out"
+    proc, _ = rehearse(copy, 'bash benchmarks/gpu.sh "$OUT" --plan check', out, 30, os.environ["PATH"])
+    assert proc.returncode == 1, proc.stdout
+    lines = [line for line in (out / "console.log").read_text().splitlines() if not line.startswith("===")]
+    assert len(lines) == 1 and lines[0].startswith("gpu.sh: the bundle in .whl/ did not install: ERROR"), lines
+    assert not (out / "sitting.log").exists()
+
+
+@pytest.mark.parametrize("args,said", [
+    (["--plan", "headline", "--pairs", "sac,ppo"], "benchmarks.gpu: --pairs: no such pair 'ppo'; the pairs are "),
+    (["--plan", "nope"], "benchmarks.gpu: argument --plan: invalid choice: 'nope'"),
+    (["--plan", "modes", "--resume", "docs/gpu/nowhere"], "gpu.sh: --resume docs/gpu/nowhere: no such folder"),
+    (["--budget", "0"], "benchmarks.gpu: --budget must be positive"),
+])
+def test_a_mistake_in_a_command_is_one_line(args, said, tmp_path):
+    """A command's mistake stops it before any part, in one line, with a non-zero exit."""
+    proc = subprocess.run(["bash", "benchmarks/gpu.sh", str(tmp_path / "out"), *args], cwd=REPO, capture_output=True,
+                          text=True, env={**ENV, "PYTHONPATH": str(REPO)}, timeout=120)
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if not line.startswith("=== ")]  # its header
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(said), proc.stdout + proc.stderr
+    assert not (tmp_path / "out" / "sitting.log").exists()
+
+
+def test_the_speed_rounds_are_whole_and_on_one_machine(tmp_path, monkeypatch):
+    """The speed part on made-up runs and a made-up clock: a round runs a pair's modes back to back and is recorded
+    with its machine; it starts only if its runs' expected time fits (the pair's last times, else the guess); a round
+    that a run leaves unfinished at the budget's end is not recorded, and what did not fit is left for the next command,
+    said so; a command on another machine, resumed from the folder, adds its own rounds and keeps the others."""
+    times = {"eager": 1.0, "compile+cudagraphs": 3.0, "jax": 2.0}
+    clock = [0.0]
+
+    def fake_run(config, common, steps, env_id, workdir, env=None, timeout=None):
+        mode = "jax" if "_jax" in config else "compile+cudagraphs" if "_torchcompile" in config else "eager"
+        if times[mode] > timeout:
+            clock[0] += timeout
+            raise subprocess.TimeoutExpired(config, timeout)
+        clock[0] += times[mode]
+        return {"sps": 100.0, "warmup": 0.5, "wall": times[mode]}
+
+    class Clock:  # the sitting's clock, and nothing else's
+        monotonic = staticmethod(lambda: clock[0])
+        time, strftime, gmtime = time.time, time.strftime, time.gmtime
+    monkeypatch.setattr(gpu, "run_once", fake_run)
+    monkeypatch.setattr(gpu, "time", Clock)
+    monkeypatch.setattr(gpu, "MARGIN", 0.0)
+    modes = ["eager", "compile+cudagraphs", "jax"]
+
+    def command(out, budget, machine, resume=None):
+        clock[0] = 0.0
+        monkeypatch.setenv("LEANRL_MACHINE_ID", machine)
+        sitting = gpu.Sitting(out, budget, resume, start=time.time(), tiny=True)
+        sitting.guess = {m: 5.0 for m in gpu.MODES}
+        sitting.gpu = "made-up GPU"
+        return gpu.speed(sitting, ["sac", "td3"], modes, rounds=2)
+
+    # 12 s, nothing timed yet: a round's guess (15 s) does not fit, every round is left for the next command
+    assert command(tmp_path / "none", 12.0, "machine-a") == 4
+    assert "sac round 1 (eager, --compile --cudagraphs, JAX): left for the next command, 12 s left, ~15 s needed" in \
+        (tmp_path / "none" / "sitting.log").read_text()
+
+    # 20 s: sac's first round (guessed 15 s) runs in 6; td3's, expected at sac's times (6 s), runs; sac's second,
+    # expected at its first's, runs; td3's second (6 s) does not fit in the 2 left
+    first = tmp_path / "first"
+    assert command(first, 20.0, "machine-a") == 1
+    data = json.loads((first / "speed.json").read_text())["pairs"]
+    assert [r["machine"] for r in data["sac"]["rounds"]] == ["machine-a", "machine-a"]
+    assert [r["machine"] for r in data["td3"]["rounds"]] == ["machine-a"]
+    assert "td3 round 2 (eager, --compile --cudagraphs, JAX): left for the next command, 2 s left, ~6 s needed" in \
+        (first / "sitting.log").read_text()
+
+    # resumed on another machine, 16 s: td3's second round starts and its JAX run is cut: the round is not recorded,
+    # its finished runs with it
+    times["jax"] = 50.0
+    second = tmp_path / "second"
+    assert command(second, 16.0, "machine-b", resume=first) == 1
+    data = json.loads((second / "speed.json").read_text())["pairs"]
+    assert len(data["td3"]["rounds"]) == 1 and len(data["sac"]["rounds"]) == 2
+    assert "td3 round 2 JAX: cut short at the budget's end; the round is not recorded" in \
+        (second / "sitting.log").read_text()
+
+    # resumed again on that machine: td3's second round, on it; the first machine's rounds kept as they were
+    times["jax"] = 2.0
+    third = tmp_path / "third"
+    assert command(third, 40.0, "machine-b", resume=first) == 0
+    data = json.loads((third / "speed.json").read_text())["pairs"]
+    assert [r["machine"] for r in data["td3"]["rounds"]] == ["machine-a", "machine-b"]
+    assert data["sac"]["rounds"] == json.loads((first / "speed.json").read_text())["pairs"]["sac"]["rounds"]
+    assert all(set(r["runs"]) == set(modes) for e in data.values() for r in e["rounds"])
+
+
+def test_the_bundle_check_adds_up_what_travels_and_fails_above_its_limit(tmp_path):
+    """benchmarks/gpu_bundle.sh --check: the bundle's size plus the tree's (git archive HEAD) and the untracked files
+    git does not ignore, in MiB, and a failure in one line above the limit (56 MiB, or GPU_TRAVEL_LIMIT_MIB)."""
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout: the check measures the tree with git archive")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "some-1.0-py3-none-any.whl").write_bytes(b"\0" * 3 * 2**20)
+    check = ["bash", "benchmarks/gpu_bundle.sh", "--check", str(bundle)]
+    ok = subprocess.run(check, cwd=REPO, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    sizes = re.fullmatch(r"bundle ([\d.]+) MiB \+ tree \(git archive HEAD\) ([\d.]+) MiB \+ untracked ([\d.]+) MiB = "
+                         r"([\d.]+) MiB \(limit 56 MiB; the GPU machine takes 64\)", ok.stdout.splitlines()[-1])
+    assert sizes, ok.stdout
+    bundle_mib, tree_mib, untracked_mib, total = map(float, sizes.groups())
+    archive = len(subprocess.run(["git", "archive", "HEAD"], cwd=REPO, capture_output=True, check=True).stdout)
+    assert bundle_mib == 3.0 and tree_mib == round(archive / 2**20, 1)
+    assert abs(bundle_mib + tree_mib + untracked_mib - total) <= 0.15
+    over = subprocess.run(check, cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "GPU_TRAVEL_LIMIT_MIB": str(int(total))})
+    assert over.returncode == 1 and over.stderr == f"gpu_bundle: {total} MiB would travel, over {int(total)} MiB: " \
+        "cut the bundle or the tree\n", over.stderr
