@@ -137,13 +137,14 @@ class Main:
 
 def classify(frames: list[str], script_file: str, main: Main) -> str:
     """The category of one sample (its frames, outermost first, as py-spy writes them: 'name (file:line)')."""
-    for frame in frames:
+    at = next((i for i, f in enumerate(frames) if f.startswith("main (") and script_file in f), None)
+    # the frames main() called (the harness's run() calls main() itself: an outer frame says nothing)
+    for frame in frames if at is None else frames[at + 1:]:
         where = frame.rsplit("(", 1)[-1]
         if any(lib in where for lib in ENV_LIBS):
             return "environment"
         if any(lib in where for lib in LOG_LIBS):
             return "logging"
-    at = next((i for i, f in enumerate(frames) if f.startswith("main (") and script_file in f), None)
     if at is None:
         return "other"
     for frame in frames[at + 1:]:

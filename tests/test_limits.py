@@ -50,6 +50,11 @@ def test_a_sample_goes_where_main_was(script):
     assert category(script, main, losses[0], ("step (gymnasium/core.py:300)",)) == "environment"
     assert category(script, main, first, ("add_scalar (torch/utils/tensorboard/writer.py:10)",)) == "logging"
     assert classify(["<module> (other.py:1)"], f"{script}.py", main) == "other"
+    # the harness: its run() calls main() (an outer frame that decides nothing), and its writer and progress bar,
+    # called from main(), are logging
+    outer = ["<module> (runpy.py:1)", "run (leanrl_utils/harness.py:400)", f"main ({script}.py:{first})"]
+    assert classify(outer, f"{script}.py", main) == category(script, main, first)
+    assert classify(outer + ["tick (leanrl_utils/harness.py:350)"], f"{script}.py", main) == "logging"
 
 
 def test_hard_bound_and_attainable_reference():
