@@ -306,7 +306,7 @@ def speed(sitting: Sitting, pairs: list[str], modes: list[str], rounds: int) -> 
     rounds left for a later command."""
     path = sitting.file("speed.json")
     data = json.loads(path.read_text()) if path.exists() else {"pairs": {}}
-    left, cut = 0, False
+    left, cut, skipped = 0, False, set()
     labels = ", ".join(MODES[m][0] for m in modes)
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(rounds):
@@ -316,10 +316,14 @@ def speed(sitting: Sitting, pairs: list[str], modes: list[str], rounds: int) -> 
                 done = [r for r in entry["rounds"] if set(modes) <= set(r["runs"])]
                 if len(done) > rnd:  # measured by an earlier command of this sitting
                     continue
+                if pair in skipped:  # its earlier round was left: so are the rest, said once
+                    continue
                 expected = sum(sitting.expected(data, pair, m) for m in modes)
                 if cut or sitting.left() - MARGIN < expected:
-                    left += 1
-                    sitting.log(f"speed: {pair} round {len(done) + 1} ({labels}): left for the next command, "
+                    skipped.add(pair)
+                    left += rounds - len(done)
+                    which = f"round {len(done) + 1}" if rounds - len(done) == 1 else f"rounds {len(done) + 1}-{rounds}"
+                    sitting.log(f"speed: {pair} {which} ({labels}): left for the next command, "
                                 f"{max(0.0, sitting.left()):.0f} s left, ~{expected:.0f} s needed")
                     continue
                 record = {"machine": sitting.machine, "gpu": sitting.gpu,
