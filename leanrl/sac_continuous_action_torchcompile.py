@@ -9,8 +9,8 @@ saves:
    layer for both critics, one optimizer over stacked weights);
 3. the replay buffer is one tensor of rows preallocated on the training device, a
    transition per row, staged on the host and copied over together when a batch is
-   drawn (or when the stage fills); the update gathers its batch from it with one
-   index;
+   drawn (or when the stage fills), or on the CPU written straight into its row; the
+   update gathers its batch from it with one index;
 4. the policy that acts runs the trained weights detached, in a weightless copy;
 5. each update (critic, delayed actor and temperature, target networks) is one
    function: gradients come from `torch.autograd.grad` (only those asked for, nothing
@@ -50,7 +50,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from leanrl_utils import evals, harness  # the contract's plumbing (flags, errors, device, logging), playing a policy
-from tensordict import TensorDict, from_module, from_modules
+from tensordict import from_module, from_modules
 from tensordict.nn import CudaGraphModule
 
 
@@ -210,7 +210,7 @@ class ReplayBuffer:
     a single tensor (observation, next observation, action, reward, done), so that the update gathers a
     batch with one index, inside its compiled program; rows are staged on the host and reach the device
     together when a batch is drawn (one copy of the rows, one of their places), not five small copies per
-    step."""
+    step; on the CPU a transition goes straight into its row."""
 
     def __init__(self, size: int, obs_dim: int, act_dim: int, device: torch.device, stage: int = 64):
         self.widths = [obs_dim, obs_dim, act_dim, 1, 1]  # observations, next_observations, actions, rewards, dones
@@ -218,13 +218,20 @@ class ReplayBuffer:
         self.rows = torch.zeros(size, sum(self.widths), device=device)
         self.staged = torch.zeros(stage, sum(self.widths))
         self.staged_np = self.staged.numpy()  # writing a row there is cheap
+        # [3] on the CPU the rows are host memory already: a transition is written straight into its row
+        # (a numpy view), with no stage to copy from and no torch call at all between two updates
+        self.rows_np = self.rows.numpy() if self.rows.device.type == "cpu" else None
         self.ends = np.cumsum(self.widths)
 
     def add(self, obs, next_obs, action, reward, done):
-        # written into a staged host row; a full stage reaches the device in one copy (flush)
-        row = self.staged_np[self.n_staged]
+        # written into its row on the CPU, else into a staged host row (a full stage reaches the device in one copy)
+        row = self.staged_np[self.n_staged] if self.rows_np is None else self.rows_np[self.pos]
         for value, start, end in zip((obs, next_obs, action, reward, done), self.ends - self.widths, self.ends):
             row[start:end] = value
+        if self.rows_np is not None:
+            self.full = self.full or self.pos + 1 >= self.size
+            self.pos = (self.pos + 1) % self.size
+            return
         self.n_staged += 1
         if self.n_staged == len(self.staged_np):
             self.flush()
@@ -241,7 +248,8 @@ class ReplayBuffer:
     def sample_indices(self, batch_size: int) -> torch.Tensor:
         """A batch's indices; the update gathers the batch itself. The indices come from the CPU generator,
         as in the eager script: the same batches on a GPU too, for one small copy (no sync) to the device."""
-        self.flush()
+        if self.n_staged:  # rows staged since the last draw (never on the CPU)
+            self.flush()
         return torch.randint(0, self.size if self.full else self.pos, (batch_size,)).to(self.device, non_blocking=True)
 
     def batch(self, idx: torch.Tensor) -> dict:
@@ -390,7 +398,7 @@ def main(args: Args) -> None:
         if target_step:
             # [6] one fused lerp over every target weight instead of a Python loop of copies
             qnet_target.lerp_(qnet_params.data, args.tau)
-        return TensorDict(out)
+        return out  # [5] a plain dict of tensors: no TensorDict to build (and check) at every call
 
     if args.compile:  # [7]
         if device.type == "cpu":
@@ -462,7 +470,7 @@ def main(args: Args) -> None:
             if global_step % 100 == 0:
                 # [9] the only reads of device values in the loop but the action, at logging intervals
                 # the last policy step's values, then this step's (the critic's values are this step's)
-                logs = (out_pol.to_dict() if out_pol is not None else {}) | out_main.to_dict()
+                logs = (out_pol or {}) | out_main
                 for key, value in logs.items():
                     writer.add_scalar(f"losses/{key}", value.item(), global_step)
                 progress.log(global_step, episodic_return)
