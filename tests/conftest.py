@@ -21,8 +21,11 @@ from helpers import RunCache  # noqa: E402
 
 @pytest.fixture(scope="session")
 def cached_run(tmp_path_factory) -> RunCache:
-    """Runs shared by several tests: each (script, args) runs once per session."""
-    return RunCache(tmp_path_factory.mktemp("runs"))
+    """Runs shared by several tests: each (script, args) runs once per session, whichever test process asks
+    first (RunCache). Under pytest-xdist each worker's base temp is a folder of the session's (xdist's own
+    layout: `<basetemp>/popen-gw0`), where the workers meet."""
+    base = tmp_path_factory.getbasetemp()
+    return RunCache((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-runs")
 
 
 def pytest_collection_modifyitems(config, items):

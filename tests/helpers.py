@@ -277,17 +277,53 @@ def wandb_history(path: Path) -> dict[str, list]:
 
 
 class RunCache:
-    """Runs shared by several tests: each (script, args) runs once, with `runner` (run_script, or another
-    launcher with its signature: torchrun, a GPU launcher)."""
+    """Runs shared by several tests: each (script, args) runs once per test session, with `runner` (run_script,
+    or another launcher with its signature: torchrun, a GPU launcher), in a folder of its own under `root`.
 
-    def __init__(self, root: Path, runner=None):
-        self.root, self.runs, self.runner = root, {}, runner or run_script
+    Under pytest-xdist the session's test processes share `root` (conftest.py's `cached_run` puts it in the
+    session's base temp, which every worker's is in): the first process to ask for a run makes it, holding a
+    lock on it (fcntl.flock, released when its file closes or its process dies); a process that asks meanwhile
+    waits for it, then reads what it left: its exit code and output (a JSON file beside its folder) and its
+    folder. Only the run itself is under the lock, so no process holds one while it waits for another. A run
+    whose maker stopped before it ended (a test's time limit, a worker that died) is run again by the next
+    to ask. A finished run's files are made read-only: the tests share them, and one that would change them
+    works on a copy. `name` keeps apart the runs of launchers that share a root."""
+
+    def __init__(self, root: Path, runner=None, name: str | None = None):
+        self.root, self.runs, self.runner = Path(root), {}, runner or run_script
+        self.name = name or getattr(self.runner, "__qualname__", repr(self.runner))
+        self.root.mkdir(parents=True, exist_ok=True)
 
     def __call__(self, script: str, *args: str) -> Run:
         key = (script, *args)
         if key not in self.runs:
-            self.runs[key] = self.runner(script, *args, cwd=self.root / f"run{len(self.runs)}")
+            self.runs[key] = self._shared(key)
         return self.runs[key]
+
+    def _shared(self, key: tuple[str, ...]) -> Run:
+        import fcntl
+        import hashlib
+        import json
+        import shutil
+
+        label = hashlib.sha1(repr((self.name, key)).encode()).hexdigest()[:16]
+        cwd, result = self.root / label, self.root / f"{label}.json"
+        with open(self.root / f"{label}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if result.exists():
+                done = json.loads(result.read_text())
+                return Run(done["returncode"], done["stdout"], done["stderr"], cwd)
+            if cwd.exists():  # left by a maker that stopped before the run ended
+                shutil.rmtree(cwd)
+            run = self.runner(key[0], *key[1:], cwd=cwd)
+            for path in cwd.rglob("*"):
+                if path.is_file() and not path.is_symlink():
+                    path.chmod(path.stat().st_mode & ~0o222)
+            written = result.with_suffix(".part")
+            written.write_text(json.dumps({"runner": self.name, "args": list(key), "returncode": run.returncode,
+                                           "stdout": run.stdout, "stderr": run.stderr}))
+            written.replace(result)
+            return run
 
 
 def log_differences(a: Run, b: Run, tags: list[str], rtol: float, atol: float = 1e-6,

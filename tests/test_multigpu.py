@@ -139,9 +139,10 @@ CONFIGS = [(EAGER,)] + [(FAST, *mode) for mode in MODES]
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory):
-    """One 2-rank run per configuration (gloo, CPU), shared by the tests of this module."""
-    runs = RunCache(tmp_path_factory.mktemp("multigpu"), torchrun)
+def two_ranks(cached_run):
+    """One 2-rank run per configuration (gloo, CPU), shared by the tests of this module (in the session's
+    shared runs, conftest.py's `cached_run`: whichever test process asks first makes it)."""
+    runs = RunCache(cached_run.root, torchrun, name="torchrun")
     return lambda config: runs(*config, *SHORT).check()
 
 
