@@ -353,13 +353,16 @@ DETERMINISTIC_SKIP = ("charts/SPS", "charts/warmup_time")
 NOT_COMPUTED = DETERMINISTIC_SKIP + ("charts/start",)
 
 
-def assert_identical_logs(a: Run, b: Run, tags: list[str] = ()):
+def assert_identical_logs(a: Run, b: Run, tags: list[str] = (), only_in_b: tuple[str, ...] = ()):
     """Two runs logged exactly the same numbers (timings aside): the same tags, each with the same points.
     Two runs that logged nothing, or only their timings and start, agree on nothing: each must have logged
-    something it computed, and each of `tags` (the values the caller cares about) at least once."""
+    something it computed, and each of `tags` (the values the caller cares about) at least once. `only_in_b`:
+    tags that `b` logs (each at least once) and `a` does not, left out of the comparison (the evaluation of a
+    run made with SAVED)."""
     compared = sorted(t for t in a.scalars if t not in DETERMINISTIC_SKIP)
-    assert compared == sorted(t for t in b.scalars if t not in DETERMINISTIC_SKIP), \
+    assert compared == sorted(t for t in b.scalars if t not in DETERMINISTIC_SKIP + tuple(only_in_b)), \
         f"the two runs logged different tags: {sorted(a.scalars)} vs {sorted(b.scalars)}"
+    assert all(b.scalars.get(tag) for tag in only_in_b), f"{list(only_in_b)} not all logged: {sorted(b.scalars)}"
     assert set(compared) - set(NOT_COMPUTED), f"no computed value logged, only {sorted(a.scalars)}"
     missing = [tag for tag in tags if not a.scalars.get(tag)]
     assert not missing, f"not logged: {missing} (logged: {sorted(a.scalars)})"
@@ -674,6 +677,34 @@ SPECS = {
         **ATARI_SPEC, bad_sizes=[("--num-minibatches", "3"), ("--total-timesteps", "63"), ("--learning-rate", "0")]),
 }
 CHECKED = sorted(SPECS)
+# Each script's short run as its family's tests make it (their flag-combination run without a flag); the multi-GPU
+# scripts, which have no such single-process run, the table's.
+FAMILY_SHORT = {"sac_continuous_action": OFF_POLICY_SHORT, "td3_continuous_action": OFF_POLICY_SHORT,
+                "ppo_continuous_action": PPO_CONTINUOUS_SHORT, "ppo_atari_envpool": PPO_ATARI_SHORT,
+                "dqn": DQN_SHORT, "dqn_atari_envpool": DQN_ATARI}
+# What the contract's checks of a script read (test_contract.py): its short run made again, saving its model,
+# playing it back for 2 episodes (eval/episodic_return, logged after training) and tracking offline. The same-seed
+# tests compare it with the short run (assert_same_numbers_twice): one run serves both.
+SAVED = ("--save-model", "--eval-episodes", "2", "--track")
+EVALUATION = ("eval/episodic_return",)
+
+
+def short_run(script: str) -> tuple[str, ...]:
+    return FAMILY_SHORT.get(script.removesuffix("_torchcompile").removesuffix("_jax"), tuple(SPECS[script].short))
+
+
+def saved_run(cached_run, script: str) -> Run:
+    """The script's short run with SAVED, shared by the contract's checks and the same-seed test."""
+    return cached_run(script, *short_run(script), *SAVED)
+
+
+def assert_same_numbers_twice(cached_run, script: str, short, tags: list[str]) -> None:
+    """A seed gives the same numbers twice: the short run (the flag-combination run) and the same run with SAVED
+    (the contract's, `saved_run`) log exactly the same values, timings aside; saving the model, playing it back
+    after training and tracking offline change none of them. The second run logs its evaluation too."""
+    assert tuple(short) == short_run(script), f"{script}: its family's short run is {short_run(script)}"
+    assert_identical_logs(cached_run(script, *short).check(), saved_run(cached_run, script).check(), tags,
+                          only_in_b=EVALUATION)
 ONE_LINE_ERROR = re.compile(r"^\S+: error: .+\n?$")
 
 

@@ -11,8 +11,8 @@ from dataclasses import fields
 
 import pytest
 import torch
-from helpers import CHECKED, SPECS, assert_user_error, ctrl_c_inside, load_script, run_in_process, wandb_history, \
-    with_flag
+from helpers import CHECKED, SPECS, assert_user_error, ctrl_c_inside, load_script, run_in_process, saved_run, \
+    short_run, wandb_history, with_flag
 from leanrl_utils import evals, harness
 
 
@@ -78,8 +78,10 @@ def test_ctrl_c_inside_a_to_module_context(script, tmp_path):
 
 
 def saved_and_tracked(script, cached_run):
-    """One short run per script with --save-model and --track (offline), shared by the tests below."""
-    return cached_run(script, *SPECS[script].short, "--save-model", "--eval-episodes", "2", "--track").check()
+    """One short run per script with --save-model (2 episodes played back) and --track (offline), shared by the
+    tests below: its family's short run with SAVED (helpers.saved_run), which its same-seed test compares with
+    the short run."""
+    return saved_run(cached_run, script).check()
 
 
 @pytest.mark.parametrize("script", CHECKED)
@@ -89,7 +91,8 @@ def test_save_model_loads_back_and_acts(script, cached_run):
     assert len(models) == 1, list(run.run_dir.iterdir())
     assert len(run.values("eval/episodic_return")) == 2
     policy, saved_args = evals.load_policy(str(models[0]))[:2]
-    assert saved_args["env_id"] == SPECS[script].short[1]
+    args = short_run(script)
+    assert saved_args["env_id"] == args[args.index("--env-id") + 1]
     returns = evals.evaluate(str(models[0]), eval_episodes=1)
     assert len(returns) == 1 and math.isfinite(returns[0])
 

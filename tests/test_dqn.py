@@ -6,8 +6,8 @@ import pytest
 import torch
 from helpers import DQN_ATARI as ATARI, DQN_ATARI_GREEDY as ATARI_GREEDY, DQN_EVAL_THRESHOLD as EVAL_THRESHOLD, \
     DQN_GREEDY as GREEDY, DQN_LEARN as LEARN, DQN_LOSSES as LOSSES, DQN_SHORT as SHORT, DQN_THRESHOLD as THRESHOLD, \
-    assert_close_logs, assert_frame_buffer_returns_what_a_naive_buffer_returns, assert_identical_logs, check_flag_run, \
-    flag_configs, learns_and_plays_back, load_script, run_script
+    assert_close_logs, assert_frame_buffer_returns_what_a_naive_buffer_returns, assert_same_numbers_twice, \
+    check_flag_run, flag_configs, learns_and_plays_back, load_script
 
 EAGER, FAST = "dqn", "dqn_torchcompile"
 CONFIGS = flag_configs(EAGER, FAST)
@@ -42,9 +42,8 @@ def test_optimized_script_learns_what_the_eager_one_learns(args, cached_run):
 
 
 @pytest.mark.parametrize("script", [EAGER, FAST])
-def test_same_seed_same_numbers(script, cached_run, tmp_path):
-    again = run_script(script, *SHORT, cwd=tmp_path).check()
-    assert_identical_logs(cached_run(script, *SHORT).check(), again, LOSSES + ["charts/episodic_return"])
+def test_same_seed_same_numbers(script, cached_run):
+    assert_same_numbers_twice(cached_run, script, SHORT, LOSSES + ["charts/episodic_return"])
 
 
 @pytest.mark.slow
@@ -96,9 +95,8 @@ def test_atari_optimized_script_learns_what_the_eager_one_learns(args, cached_ru
 
 
 @pytest.mark.parametrize("script", [ATARI_EAGER, ATARI_FAST])
-def test_atari_same_seed_same_numbers(script, cached_run, tmp_path):
-    again = run_script(script, *ATARI, cwd=tmp_path).check()
-    assert_identical_logs(cached_run(script, *ATARI).check(), again, LOSSES + ["charts/episodic_return"])
+def test_atari_same_seed_same_numbers(script, cached_run):
+    assert_same_numbers_twice(cached_run, script, ATARI, LOSSES + ["charts/episodic_return"])
 
 
 @pytest.mark.parametrize("script", [ATARI_EAGER, ATARI_FAST])

@@ -12,7 +12,7 @@ import torch
 
 jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra (requirements/requirements-jax.txt)")
 import jax.numpy as jnp  # noqa: E402
-from helpers import assert_identical_logs, check_flag_run, learns_and_plays_back, load_script, run_script  # noqa: E402
+from helpers import assert_same_numbers_twice, check_flag_run, learns_and_plays_back, load_script  # noqa: E402
 # the PyTorch pair's runs (test_offpolicy.py's)
 from helpers import (OFF_POLICY_LEARN as LEARN, OFF_POLICY_SHORT as SHORT, OFF_POLICY_TAGS as TAGS,  # noqa: E402
                      OFF_POLICY_THRESHOLD as THRESHOLD, off_policy_eager as eager, register_inverted_pendulum_short)
@@ -37,9 +37,8 @@ def test_short_run_logs_what_the_eager_script_logs(pair, cached_run):
 
 
 @pytest.mark.parametrize("pair", TAGS)
-def test_same_seed_same_numbers(pair, cached_run, tmp_path):
-    again = run_script(twin(pair), *SHORT, cwd=tmp_path).check()
-    assert_identical_logs(cached_run(twin(pair), *SHORT).check(), again, TAGS[pair] + ["charts/episodic_return"])
+def test_same_seed_same_numbers(pair, cached_run):
+    assert_same_numbers_twice(cached_run, twin(pair), SHORT, TAGS[pair] + ["charts/episodic_return"])
 
 
 @pytest.mark.slow

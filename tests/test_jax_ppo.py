@@ -21,8 +21,8 @@ import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 import torch  # noqa: E402
 import tyro  # noqa: E402
-from helpers import (assert_identical_logs, check_flag_run, learns_and_plays_back, load_script,  # noqa: E402
-                     PPO_LOSSES, run_script, with_flag)
+from helpers import (assert_same_numbers_twice, check_flag_run, learns_and_plays_back, load_script,  # noqa: E402
+                     PPO_LOSSES, with_flag)
 from leanrl_utils.events import read_scalars  # noqa: E402
 # the pairs' own definitions, so that the twins are held to the same data and thresholds
 from helpers import (PPO_ATARI_EXPECTED as ATARI_TRACE_EXPECTED, PPO_ATARI_SHORT as ATARI_SHORT,  # noqa: E402
@@ -55,10 +55,8 @@ def test_short_run_logs_what_the_eager_script_logs(script, cached_run):
 
 
 @pytest.mark.parametrize("script", sorted(TWINS))
-def test_same_seed_same_numbers(script, cached_run, tmp_path):
-    short = TWINS[script][1]
-    again = run_script(script, *short, cwd=tmp_path).check()
-    assert_identical_logs(cached_run(script, *short).check(), again, PPO_LOSSES)
+def test_same_seed_same_numbers(script, cached_run):
+    assert_same_numbers_twice(cached_run, script, TWINS[script][1], PPO_LOSSES)
 
 
 # --- GAE ------------------------------------------------------------------------------------------

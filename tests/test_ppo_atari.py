@@ -7,7 +7,7 @@ import envpool
 import numpy as np
 import pytest
 from helpers import PPO_ATARI_EXPECTED as EXPECTED, PPO_ATARI_SHORT as SHORT, PPO_ATARI_TRACE as TRACE, PPO_LOSSES, \
-    assert_close_logs, assert_identical_logs, load_script, run_script
+    assert_close_logs, assert_same_numbers_twice, load_script
 
 EAGER, FAST = "ppo_atari_envpool", "ppo_atari_envpool_torchcompile"
 LOSSES = PPO_LOSSES
@@ -32,9 +32,8 @@ def test_optimized_script_learns_what_the_eager_one_learns(cached_run):
 
 
 @pytest.mark.parametrize("script", [EAGER, FAST])
-def test_same_seed_same_numbers(script, cached_run, tmp_path):
-    again = run_script(script, *SHORT, cwd=tmp_path).check()
-    assert_identical_logs(cached_run(script, *SHORT).check(), again, LOSSES)
+def test_same_seed_same_numbers(script, cached_run):
+    assert_same_numbers_twice(cached_run, script, SHORT, LOSSES)
 
 
 @pytest.mark.parametrize("script", [EAGER, FAST])

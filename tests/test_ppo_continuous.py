@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 from helpers import PPO_ATARI_SHORT, PPO_CONTINUOUS_LEARN as LEARN, PPO_CONTINUOUS_SHORT as SHORT, \
-    PPO_CONTINUOUS_THRESHOLD as THRESHOLD, PPO_LOSSES, assert_close_logs, assert_identical_logs, check_flag_run, \
-    flag_configs, gae_data, learns_and_plays_back, load_script, reference_gae, run_script
+    PPO_CONTINUOUS_THRESHOLD as THRESHOLD, PPO_LOSSES, assert_close_logs, assert_same_numbers_twice, check_flag_run, \
+    flag_configs, gae_data, learns_and_plays_back, load_script, reference_gae
 from leanrl_utils import evals
 
 EAGER, FAST = "ppo_continuous_action", "ppo_continuous_action_torchcompile"
@@ -53,9 +53,8 @@ def test_optimized_script_learns_what_the_eager_one_learns(cached_run):
 
 
 @pytest.mark.parametrize("script", [EAGER, FAST])
-def test_same_seed_same_numbers(script, cached_run, tmp_path):
-    again = run_script(script, *SHORT, cwd=tmp_path).check()
-    assert_identical_logs(cached_run(script, *SHORT).check(), again, LOSSES)
+def test_same_seed_same_numbers(script, cached_run):
+    assert_same_numbers_twice(cached_run, script, SHORT, LOSSES)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
