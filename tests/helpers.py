@@ -283,8 +283,8 @@ class RunCache:
     Under pytest-xdist the session's test processes share `root` (conftest.py's `cached_run` puts it in the
     session's base temp, which every worker's is in): the first process to ask for a run makes it, holding a
     lock on it (fcntl.flock, released when its file closes or its process dies); a process that asks meanwhile
-    waits for it, then reads what it left: its exit code and output (a JSON file beside its folder) and its
-    folder. Only the run itself is under the lock, so no process holds one while it waits for another. A run
+    waits for it, then reads what it left: its exit code and output (a JSON file beside its folder, with how
+    long the run took) and its folder. Only the run itself is under the lock, so no process holds one while it waits for another. A run
     whose maker stopped before it ended (a test's time limit, a worker that died) is run again by the next
     to ask. A finished run's files are made read-only: the tests share them, and one that would change them
     works on a copy. `name` keeps apart the runs of launchers that share a root."""
@@ -315,13 +315,15 @@ class RunCache:
                 return Run(done["returncode"], done["stdout"], done["stderr"], cwd)
             if cwd.exists():  # left by a maker that stopped before the run ended
                 shutil.rmtree(cwd)
+            started = time.monotonic()
             run = self.runner(key[0], *key[1:], cwd=cwd)
+            seconds = round(time.monotonic() - started, 2)
             for path in cwd.rglob("*"):
                 if path.is_file() and not path.is_symlink():
                     path.chmod(path.stat().st_mode & ~0o222)
             written = result.with_suffix(".part")
             written.write_text(json.dumps({"runner": self.name, "args": list(key), "returncode": run.returncode,
-                                           "stdout": run.stdout, "stderr": run.stderr}))
+                                           "seconds": seconds, "stdout": run.stdout, "stderr": run.stderr}))
             written.replace(result)
             return run
 
