@@ -107,13 +107,16 @@ def child(pair: str, mode: str, opts) -> dict:
         return env
     module.make_env = clocked_env
 
-    make_writer = harness.make_writer
+    def time_what_it_makes(owner, factory: str, attr: str, label: str):
+        """owner.factory(...) as before, the `attr` of what it returns timed under `label`."""
+        make = getattr(owner, factory)
 
-    def clocked_writer(*args, **kwargs):
-        writer = make_writer(*args, **kwargs)
-        writer.add_scalar = clock.timed("log", writer.add_scalar)
-        return writer
-    harness.make_writer = clocked_writer
+        def made(*args, **kwargs):
+            thing = make(*args, **kwargs)
+            setattr(thing, attr, clock.timed(label, getattr(thing, attr)))
+            return thing
+        setattr(owner, factory, made)
+    time_what_it_makes(harness, "make_writer", "add_scalar", "log")
 
     class ClockedProgress(harness.Progress):
         def __iter__(self):
@@ -151,13 +154,7 @@ def child(pair: str, mode: str, opts) -> dict:
 
         buffer_add = module.buffer_add
         module.buffer_add = clock.timed("store", buffer_add)
-        make_update_fns = module.make_update_fns
-
-        def clocked_update_fns(*args, **kwargs):
-            fns = make_update_fns(*args, **kwargs)
-            fns.train_step = clock.timed("update", fns.train_step)
-            return fns
-        module.make_update_fns = clocked_update_fns
+        time_what_it_makes(module, "make_update_fns", "train_step", "update")
     else:
         rb_class = module.ReplayBuffer
 
