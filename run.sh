@@ -29,8 +29,8 @@ usage: bash run.sh [options]
 Runs every selected script pair: the eager script once per seed, the optimized one in each mode
 (no flag, --compile, --cudagraphs, both) per seed, and the JAX twin (mode jax), one run at a time,
 then writes the report (report.md and PNG plots) into the output folder. Without CUDA the
---cudagraphs modes are skipped; without JAX (pip install -r requirements/requirements-jax.txt) the
-JAX twins are. A rerun skips the runs already complete; a failed run is reported and the others go on.
+--cudagraphs modes are skipped; without JAX (in the README's install, requirements-all.txt) the JAX
+twins are. A rerun skips the runs already complete; a failed run is reported and the others go on.
 
 options:
   --scripts LIST   pairs to run, comma- or space-separated (default: all): ${PAIRS[*]}
@@ -114,7 +114,7 @@ for pair in "${pairs[@]}"; do
       fi
       if [[ $mode == jax && $jax != 1 ]]; then
         [ "$seed" = "${seeds[0]}" ] && echo "== ${EAGER[$pair]}_jax: skipped (JAX is not installed:" \
-          "pip install -r requirements/requirements-jax.txt)"
+          "pip install -r requirements/requirements-all.txt)"
         continue
       fi
       script=${EAGER[$pair]} flags=()

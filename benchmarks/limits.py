@@ -631,7 +631,7 @@ def main():
     if bad := [p for p in pairs if p not in TASKS] + [m for m in modes if m not in MODES]:
         parser.error(f"unknown pair or mode {bad}; pairs: {list(TASKS)}, modes: {list(MODES)}")
     if shutil.which("py-spy") is None:
-        raise SystemExit("limits: py-spy is not installed (pip install -r requirements/requirements-benchmarks.txt)")
+        raise SystemExit("limits: py-spy is not installed (pip install -r requirements/requirements-all.txt)")
 
     threads = torch.get_num_threads()  # the scripts' count: every timed arm runs with it
     peak = theoretical_peak()

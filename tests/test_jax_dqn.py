@@ -17,7 +17,7 @@ import torch
 import tyro
 from helpers import assert_same_numbers_twice, check_flag_run, learns_and_plays_back, load_script, Run, with_flag
 
-jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra (requirements/requirements-jax.txt)")
+jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra (requirements/requirements-all.txt)")
 import jax.numpy as jnp  # noqa: E402
 from jax.experimental import io_callback  # noqa: E402
 # the pairs' short runs, thresholds and frame-buffer check, as test_dqn.py runs them: shared, not copied

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra (requirements/requirements-jax.txt)")
+jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra (requirements/requirements-all.txt)")
 import jax.numpy as jnp  # noqa: E402
 from helpers import assert_same_numbers_twice, check_flag_run, learns_and_plays_back, load_script  # noqa: E402
 # the PyTorch pair's runs (test_offpolicy.py's)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra: "
-                                        "pip install -r requirements/requirements-jax.txt")
+                                        "pip install -r requirements/requirements-all.txt")
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 import torch  # noqa: E402

@@ -1,8 +1,8 @@
 """benchmarks/limits.py's split: a sample's frames go to the category of what the script's main() was doing,
 read from the script's own lines. Checked on every single-process script (eager, optimized, JAX): the line that
 steps the environments is environment time, the lines that log losses are logging, the eager scripts' backward
-passes are update time; frames inside a library decide first. And, where py-spy is installed (the studies'
-requirements-benchmarks.txt, which CI installs), one short run sampled from outside as the study samples it."""
+passes are update time; frames inside a library decide first. And, where py-spy is installed (in the README's
+install, requirements-all.txt), one short run sampled from outside as the study samples it."""
 
 import re
 import shutil
@@ -201,7 +201,7 @@ def test_the_split_is_a_grid_with_one_legend_and_no_bar_touching_the_frame(tmp_p
 
 
 @pytest.mark.skipif(shutil.which("py-spy") is None,
-                    reason="py-spy: pip install -r requirements/requirements-benchmarks.txt")
+                    reason="py-spy: pip install -r requirements/requirements-all.txt")
 def test_a_run_is_sampled_from_outside_by_py_spy():
     """DQN on CartPole, learning from step 500, sampled for 2 seconds once its warm-up is over, then stopped
     with a Ctrl-C: its main thread's samples split into the categories, and the window's fps come from the
