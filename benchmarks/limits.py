@@ -91,8 +91,8 @@ LOG_FUNCTIONS = re.compile(r"^(EpisodeStats\.|NoWriter\.|gather$)")
 STORAGE_FUNCTIONS = re.compile(r"^(ReplayBuffer\.|FrameBuffer\.|Buffer\.)")
 # the leaf statement of main() a sample is on: first match wins
 LEAF_RULES = [
-    ("logging", r"writer\.add|progress\.(log|tick|update)|explained_var|np\.var|y_pred|\bkept\b|print\(|"
-                r"episode_stats|\bgames\b|device_get"),
+    ("logging", r"writer\.add|harness\.log_losses|progress\.(log|tick|update|close)|explained_var|np\.var|y_pred"
+                r"|\bkept\b|print\(|episode_stats|\bgames\b|device_get"),
     ("environment", r"\benvs?\.(step|reset)\("),
     # the JAX DQN twins' jitted update also writes the staged steps into the buffer: the call is the update
     ("update", r"= update\("),

@@ -19,8 +19,8 @@ cut at its environment step's start:
 - log: the writer's add_scalar and the progress bar's calls;
 - rest: what is left of the step (the loop's Python between the pieces).
 Once the warm-up is over (--measure-after updates), the run alternates blocks: `--block-steps` steps of the loop
-as it runs, then, from inside the loop (at the step's tick, with main()'s own objects, before that step's
-update), each piece called alone `--calls` times, back to back at the same shapes and threads: the update's line
+as it runs, then, from inside the loop (at the step's tick, the top of the loop, with main()'s own objects, before
+that step's acting), each piece called alone `--calls` times, back to back at the same shapes and threads: the update's line
 with each variant the loop ran (PyTorch: also without the partial's call; JAX: train_step with its result waited
 for, on a copy of the state, which it donates), the acting step with the current observation, the buffer's add
 (on a copy for JAX) and sample, an environment step (a second instance of the task, random actions), and the
@@ -60,7 +60,7 @@ class Clock:
 
     def __init__(self):
         self.steps, self.events, self.blocked, self.alone = [], [], set(), []
-        self.loop_started = None  # the top of the loop's current step (the progress bar's yield)
+        self.loop_started = None  # the top of the loop's current step (the end of the progress bar's tick)
 
 
     def timed(self, label, fn):
@@ -119,26 +119,18 @@ def child(pair: str, mode: str, opts) -> dict:
     time_what_it_makes(harness, "make_writer", "add_scalar", "log")
 
     class ClockedProgress(harness.Progress):
-        def __iter__(self):
-            for step in range(self.bar.total):
-                clock.loop_started = time.perf_counter()
-                yield step
-                start = time.perf_counter()
-                self.bar.update()
-                clock.events.append(("log", start, time.perf_counter()))
-            self.bar.close()
-
-        def tick(self, step):
+        def tick(self, step):  # at the top of the loop's every step
             start = time.perf_counter()
             super().tick(step)
             clock.events.append(("log", start, time.perf_counter()))
             updates = sys._getframe(1).f_locals.get("updates")
             if not jax_mode and not any(isinstance(fn, TimedCall) for fn in updates.values()):
-                for key, fn in updates.items():  # the script's own dict, its values wrapped in place (first update)
+                for key, fn in updates.items():  # the script's own dict, its values wrapped in place (first tick)
                     updates[key] = TimedCall(fn, key)
             if step >= window and (step - window) % (opts.block_steps + 1) == opts.block_steps:
-                clock.blocked.add(len(clock.steps) - 1)  # this step holds an alone block: not a loop step
+                clock.blocked.add(len(clock.steps))  # the step about to run holds an alone block: not a loop step
                 clock.alone.append(alone_block(sys._getframe(1).f_locals, step))
+            clock.loop_started = time.perf_counter()
 
         def log(self, step, episodic_return=float("nan")):
             start = time.perf_counter()

@@ -177,13 +177,14 @@ def main(args: Args) -> None:
     rb = ReplayBuffer(args.buffer_size, env.observation_space.shape[0], device, args.seed)
     writer = harness.make_writer(args, run_name)
     # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
-    progress = harness.Progress(args, writer, args.total_timesteps, args.learning_starts + 1,
-                                args.measure_after * args.train_frequency)
+    progress = harness.Progress(args, writer, total=args.total_timesteps, start_step=args.learning_starts + 1,
+                                warmup_steps=args.measure_after * args.train_frequency)
     episodic_return = float("nan")
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    for global_step in progress:
+    for global_step in range(args.total_timesteps):
+        progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
         if random.random() < epsilon:
@@ -213,7 +214,6 @@ def main(args: Args) -> None:
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
-            progress.tick(global_step)
             if global_step % args.train_frequency == 0:
                 data = rb.sample(args.batch_size)
                 with torch.no_grad():
@@ -223,8 +223,7 @@ def main(args: Args) -> None:
                 loss = F.mse_loss(td_target, old_val)
 
                 if global_step % 100 == 0:
-                    writer.add_scalar("losses/td_loss", loss.item(), global_step)
-                    writer.add_scalar("losses/q_values", old_val.mean().item(), global_step)
+                    harness.log_losses(writer, dict(td_loss=loss, q_values=old_val.mean()), global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
                     progress.log(global_step, episodic_return)
 
@@ -237,6 +236,7 @@ def main(args: Args) -> None:
             if global_step % args.target_network_frequency == 0:
                 for target_param, q_param in zip(target_network.parameters(), q_network.parameters()):
                     target_param.data.copy_(args.tau * q_param.data + (1.0 - args.tau) * target_param.data)
+    progress.close()
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"

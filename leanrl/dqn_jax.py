@@ -312,13 +312,14 @@ def main(args: Args) -> None:
     writer = harness.make_writer(args, run_name)
     # fps is measured from the `measure_after`-th update on: the warm-up before it (here the jit compilation
     # of the update, which a line above the progress bar announces) is logged apart
-    progress = harness.Progress(args, writer, args.total_timesteps, args.learning_starts + 1,
-                                args.measure_after * args.train_frequency, busy="compiling (jax.jit)")
+    progress = harness.Progress(args, writer, total=args.total_timesteps, start_step=args.learning_starts + 1,
+                                warmup_steps=args.measure_after * args.train_frequency, busy="compiling (jax.jit)")
     episodic_return = float("nan")
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    for global_step in progress:
+    for global_step in range(args.total_timesteps):
+        progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
         if random.random() < epsilon:
@@ -348,7 +349,6 @@ def main(args: Args) -> None:
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
-            progress.tick(global_step)
             if global_step % args.train_frequency == 0:
                 # one call: the staged rows cross to the device (one small copy at most, no wait) and the update is
                 # queued; the host plays on while it runs, until a greedy action needs the new weights
@@ -356,8 +356,7 @@ def main(args: Args) -> None:
 
                 if global_step % 100 == 0:
                     # the only reads of device values in the loop but the action, at logging intervals
-                    writer.add_scalar("losses/td_loss", float(out[0]), global_step)
-                    writer.add_scalar("losses/q_values", float(out[1]), global_step)
+                    harness.log_losses(writer, dict(td_loss=out[0], q_values=out[1]), global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
                     progress.log(global_step, episodic_return)
 
@@ -366,6 +365,7 @@ def main(args: Args) -> None:
                 state = update_target_only(state)
         elif global_step % args.train_frequency == 0:
             rb = write_steps(rb, *staged.take())  # before learning starts: the staged steps alone
+    progress.close()
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"

@@ -291,14 +291,15 @@ def main(args: Args) -> None:
 
     writer = harness.make_writer(args, run_name)
     # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
-    progress = harness.Progress(args, writer, args.total_timesteps, args.learning_starts + 1,
-                                args.measure_after * args.train_frequency)
+    progress = harness.Progress(args, writer, total=args.total_timesteps, start_step=args.learning_starts + 1,
+                                warmup_steps=args.measure_after * args.train_frequency)
     # [9] out: the last update's losses, left on the device and read only at logging intervals
     episodic_return, out = float("nan"), None
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    for global_step in progress:
+    for global_step in range(args.total_timesteps):
+        progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
         # [3] ε-greedy stays on the host, as in the eager script: with one environment the action comes back
@@ -330,15 +331,13 @@ def main(args: Args) -> None:
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
-            progress.tick(global_step)
             if global_step % args.train_frequency == 0:
                 # [6] the whole update in one call: the loss, its gradients and the optimizer step (update above)
                 out = update(rb.sample(args.batch_size))
 
                 if global_step % 100 == 0:
                     # [9] the only reads of device values in the loop but the action, at logging intervals
-                    for key, value in out.items():
-                        writer.add_scalar(f"losses/{key}", value.item(), global_step)
+                    harness.log_losses(writer, out, global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
                     progress.log(global_step, episodic_return)
                 # [6] no optimizer step here: update() took it
@@ -346,6 +345,7 @@ def main(args: Args) -> None:
             # update target network
             if global_step % args.target_network_frequency == 0:
                 update_target()  # [5] one fused lerp_ (above)
+    progress.close()
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"

@@ -242,8 +242,8 @@ def main(args: Args) -> None:
 
     writer = harness.make_writer(args, run_name)
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
-    progress = harness.Progress(args, writer, args.num_iterations * args.batch_size, 0,
-                                args.measure_after * args.batch_size)
+    progress = harness.Progress(args, writer, total=args.num_iterations * args.batch_size, start_step=0,
+                                warmup_steps=args.measure_after * args.batch_size)
     episodic_return = float("nan")
 
     # TRY NOT TO MODIFY: start the game
@@ -366,14 +366,11 @@ def main(args: Args) -> None:
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        harness.log_losses(writer, dict(value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss,
+                                        old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=np.mean(clipfracs),
+                                        explained_variance=explained_var), global_step)
         progress.log(global_step, episodic_return)
+    progress.close()
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"

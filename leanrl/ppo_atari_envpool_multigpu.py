@@ -297,8 +297,8 @@ def main(args: Args) -> None:
     writer = harness.make_writer(args, run_name) if rank == 0 else NoWriter()  # only rank 0 logs
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart; the bar and
     # the lines that announce the warm-up are rank 0's only
-    progress = harness.Progress(args, writer, args.num_iterations * args.batch_size, 0,
-                                args.measure_after * args.batch_size, disable=rank != 0)
+    progress = harness.Progress(args, writer, total=args.num_iterations * args.batch_size, start_step=0,
+                                warmup_steps=args.measure_after * args.batch_size, disable=rank != 0)
     episodic_return = float("nan")
 
     # TRY NOT TO MODIFY: start the game
@@ -435,14 +435,11 @@ def main(args: Args) -> None:
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        harness.log_losses(writer, dict(value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss,
+                                        old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=np.mean(clipfracs),
+                                        explained_variance=explained_var), global_step)
         progress.log(global_step, episodic_return)
+    progress.close()
 
     if distributed:
         dist.destroy_process_group()

@@ -28,6 +28,9 @@ What changes against the eager multi-process script:
    update, all-reduce included, replayed as CUDA graphs; a watched collective after
    the updates keeps `--dist-timeout` (see `heartbeat` after the update loop);
 10. no `.item()` in the hot loop: statistics stay on the device until logging.
+11. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`),
+   so that it reproduces the run without it, for draws left out of the kernels' fusion;
+   on a GPU inductor's own generator stays on, fused, and draws other numbers.
 
 Each change from the eager script is tagged in its comment with its number here
 ([N]), so that `diff -u ppo_atari_envpool_multigpu.py ppo_atari_envpool_multigpu_torchcompile.py`
@@ -443,6 +446,9 @@ def main(args: Args) -> None:
         return out
 
     if args.compile:  # [8]
+        # [11] on the CPU compiled code draws its random numbers from torch's generator, as eager
+        # code does (the run without --compile reproduced); on a GPU inductor's own, fused, draws others
+        torch._inductor.config.fallback_random = device.type == "cpu"
         # trace loss.backward() into the compiled graph: forward and backward become one graph
         torch._dynamo.config.trace_autograd_ops = True
         policy = torch.compile(policy)
@@ -463,8 +469,8 @@ def main(args: Args) -> None:
     writer = harness.make_writer(args, run_name) if rank == 0 else NoWriter()  # only rank 0 logs
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart; the bar and
     # the lines that announce the warm-up are rank 0's only
-    progress = harness.Progress(args, writer, args.num_iterations * args.batch_size, 0,
-                                args.measure_after * args.batch_size, disable=rank != 0)
+    progress = harness.Progress(args, writer, total=args.num_iterations * args.batch_size, start_step=0,
+                                warmup_steps=args.measure_after * args.batch_size, disable=rank != 0)
     episodic_return = float("nan")
 
     heartbeat = torch.zeros(1, device=device)  # [9] the watched collective after the updates (see below)
@@ -552,14 +558,13 @@ def main(args: Args) -> None:
         # TRY NOT TO MODIFY: record rewards for plotting purposes
         # [6] the learning rate is a tensor (annealed in place): read here, at logging, only
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
-        writer.add_scalar("losses/value_loss", last["value_loss"].item(), global_step)
-        writer.add_scalar("losses/policy_loss", last["policy_loss"].item(), global_step)
-        writer.add_scalar("losses/entropy", last["entropy"].item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", last["old_approx_kl"].item(), global_step)
-        writer.add_scalar("losses/approx_kl", last["approx_kl"].item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack([s["clipfrac"] for s in stats]).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        harness.log_losses(writer, dict(value_loss=last["value_loss"], policy_loss=last["policy_loss"],
+                                        entropy=last["entropy"], old_approx_kl=last["old_approx_kl"],
+                                        approx_kl=last["approx_kl"],
+                                        clipfrac=torch.stack([s["clipfrac"] for s in stats]).mean(),
+                                        explained_variance=explained_var), global_step)
         progress.log(global_step, episodic_return)
+    progress.close()
 
     if distributed:
         dist.destroy_process_group()

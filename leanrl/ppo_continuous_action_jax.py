@@ -417,8 +417,8 @@ def main(args: Args) -> None:
     writer = harness.make_writer(args, run_name)
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it (here the jit
     # compilation of `act` and `update`, which a line above the progress bar announces) is logged apart
-    progress = harness.Progress(args, writer, args.num_iterations * args.batch_size, 0,
-                                args.measure_after * args.batch_size, busy="compiling (jax.jit)")
+    progress = harness.Progress(args, writer, total=args.num_iterations * args.batch_size, start_step=0,
+                                warmup_steps=args.measure_after * args.batch_size, busy="compiling (jax.jit)")
     episodic_return = float("nan")
 
     # TRY NOT TO MODIFY: start the game
@@ -468,14 +468,9 @@ def main(args: Args) -> None:
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
         writer.add_scalar("charts/learning_rate", lrnow, global_step)
-        writer.add_scalar("losses/value_loss", logged["value_loss"].item(), global_step)
-        writer.add_scalar("losses/policy_loss", logged["policy_loss"].item(), global_step)
-        writer.add_scalar("losses/entropy", logged["entropy"].item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", logged["old_approx_kl"].item(), global_step)
-        writer.add_scalar("losses/approx_kl", logged["approx_kl"].item(), global_step)
-        writer.add_scalar("losses/clipfrac", logged["clipfrac"].item(), global_step)
-        writer.add_scalar("losses/explained_variance", logged["explained_variance"].item(), global_step)
+        harness.log_losses(writer, logged, global_step)
         progress.log(global_step, episodic_return)
+    progress.close()
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"

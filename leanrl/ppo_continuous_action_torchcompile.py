@@ -30,6 +30,9 @@ saves:
    kernels on a GPU;
 9. no `.item()` in the hot loop: but for the action handed to the environment (and
    `--target-kl`'s check), statistics stay on the device until logging.
+10. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`),
+   so that it reproduces the run without it, for draws left out of the kernels' fusion;
+   on a GPU inductor's own generator stays on, fused, and draws other numbers.
 
 Each change from the eager script is tagged in its comment with its number here
 ([N]), so that `diff -u ppo_continuous_action.py ppo_continuous_action_torchcompile.py`
@@ -415,6 +418,9 @@ def main(args: Args) -> None:
                           old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
 
     if args.compile:  # [7]
+        # [10] on the CPU compiled code draws its random numbers from torch's generator, as eager
+        # code does (the run without --compile reproduced); on a GPU inductor's own, fused, draws others
+        torch._inductor.config.fallback_random = device.type == "cpu"
         if device.type == "cpu":
             # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated
             # Python function, which cuts the fixed cost of each call of these small programs (on a GPU,
@@ -437,8 +443,8 @@ def main(args: Args) -> None:
 
     writer = harness.make_writer(args, run_name)
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
-    progress = harness.Progress(args, writer, args.num_iterations * args.batch_size, 0,
-                                args.measure_after * args.batch_size)
+    progress = harness.Progress(args, writer, total=args.num_iterations * args.batch_size, start_step=0,
+                                warmup_steps=args.measure_after * args.batch_size)
     episodic_return = float("nan")
 
     # TRY NOT TO MODIFY: start the game
@@ -511,14 +517,13 @@ def main(args: Args) -> None:
         # TRY NOT TO MODIFY: record rewards for plotting purposes
         # [6] the learning rate is a tensor (annealed in place): read here, at logging, only
         writer.add_scalar("charts/learning_rate", optimizer.lr.item(), global_step)
-        writer.add_scalar("losses/value_loss", last["value_loss"].item(), global_step)
-        writer.add_scalar("losses/policy_loss", last["policy_loss"].item(), global_step)
-        writer.add_scalar("losses/entropy", last["entropy"].item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", last["old_approx_kl"].item(), global_step)
-        writer.add_scalar("losses/approx_kl", last["approx_kl"].item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack([s["clipfrac"] for s in stats]).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        harness.log_losses(writer, dict(value_loss=last["value_loss"], policy_loss=last["policy_loss"],
+                                        entropy=last["entropy"], old_approx_kl=last["old_approx_kl"],
+                                        approx_kl=last["approx_kl"],
+                                        clipfrac=torch.stack([s["clipfrac"] for s in stats]).mean(),
+                                        explained_variance=explained_var), global_step)
         progress.log(global_step, episodic_return)
+    progress.close()
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"

@@ -221,12 +221,14 @@ def main(args: Args) -> None:
     rb = ReplayBuffer(args.buffer_size, env.observation_space.shape[0], env.action_space.shape[0], device)
     writer = harness.make_writer(args, run_name)
     # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
-    progress = harness.Progress(args, writer, args.total_timesteps, args.learning_starts + 1, args.measure_after)
+    progress = harness.Progress(args, writer, total=args.total_timesteps, start_step=args.learning_starts + 1,
+                                warmup_steps=args.measure_after)
     episodic_return, actor_loss, alpha_loss = float("nan"), None, None
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    for global_step in progress:
+    for global_step in range(args.total_timesteps):
+        progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         if global_step < args.learning_starts:
             action = env.action_space.sample()
@@ -255,7 +257,6 @@ def main(args: Args) -> None:
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
-            progress.tick(global_step)
             data = rb.sample(args.batch_size)
             with torch.no_grad():
                 next_state_actions, next_state_log_pi, _ = actor.get_action(data.next_observations)
@@ -305,17 +306,11 @@ def main(args: Args) -> None:
                     target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
 
             if global_step % 100 == 0:
-                writer.add_scalar("losses/qf1_values", qf1_a_values.mean().item(), global_step)
-                writer.add_scalar("losses/qf2_values", qf2_a_values.mean().item(), global_step)
-                writer.add_scalar("losses/qf1_loss", qf1_loss.item(), global_step)
-                writer.add_scalar("losses/qf2_loss", qf2_loss.item(), global_step)
-                writer.add_scalar("losses/qf_loss", qf_loss.item() / 2.0, global_step)
-                if actor_loss is not None:
-                    writer.add_scalar("losses/actor_loss", actor_loss.item(), global_step)
-                writer.add_scalar("losses/alpha", alpha, global_step)
-                if alpha_loss is not None:
-                    writer.add_scalar("losses/alpha_loss", alpha_loss.item(), global_step)
+                harness.log_losses(writer, dict(qf1_values=qf1_a_values.mean(), qf2_values=qf2_a_values.mean(),
+                                                qf1_loss=qf1_loss, qf2_loss=qf2_loss, qf_loss=qf_loss / 2.0,
+                                                actor_loss=actor_loss, alpha=alpha, alpha_loss=alpha_loss), global_step)
                 progress.log(global_step, episodic_return)
+    progress.close()
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"

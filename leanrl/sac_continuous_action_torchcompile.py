@@ -27,6 +27,9 @@ saves:
    a GPU;
 9. no `.item()` in the hot loop: but for the action handed to the environment, values
    stay on the device and are read back only at logging intervals.
+10. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`),
+   so that it reproduces the run without it, for draws left out of the kernels' fusion;
+   on a GPU inductor's own generator stays on, fused, and draws other numbers.
 
 Each change from the eager script is tagged in its comment with its number here
 ([N]), so that `diff -u sac_continuous_action.py sac_continuous_action_torchcompile.py`
@@ -401,6 +404,9 @@ def main(args: Args) -> None:
         return out  # [5] a plain dict of tensors: no TensorDict to build (and check) at every call
 
     if args.compile:  # [7]
+        # [10] on the CPU compiled code draws its random numbers from torch's generator, as eager
+        # code does (the run without --compile reproduced); on a GPU inductor's own, fused, draws others
+        torch._inductor.config.fallback_random = device.type == "cpu"
         if device.type == "cpu":
             # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated
             # Python function, which cuts the fixed cost of each call of these small programs (on a GPU,
@@ -424,14 +430,16 @@ def main(args: Args) -> None:
 
     writer = harness.make_writer(args, run_name)
     # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
-    progress = harness.Progress(args, writer, args.total_timesteps, args.learning_starts + 1, args.measure_after)
+    progress = harness.Progress(args, writer, total=args.total_timesteps, start_step=args.learning_starts + 1,
+                                warmup_steps=args.measure_after)
     # [9] the last updates' outputs, without and with the delayed actor step: left on the device and read
     # only at logging intervals
     episodic_return, out_main, out_pol = float("nan"), None, None
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    for global_step in progress:
+    for global_step in range(args.total_timesteps):
+        progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         if global_step < args.learning_starts:
             action = env.action_space.sample()
@@ -460,7 +468,6 @@ def main(args: Args) -> None:
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
-            progress.tick(global_step)
             # [3] only the batch's indices here: the update gathers the batch itself, inside its program
             idx = rb.sample_indices(args.batch_size)
             policy_step = global_step % args.policy_frequency == 0
@@ -471,9 +478,9 @@ def main(args: Args) -> None:
                 # [9] the only reads of device values in the loop but the action, at logging intervals
                 # the last policy step's values, then this step's (the critic's values are this step's)
                 logs = (out_pol or {}) | out_main
-                for key, value in logs.items():
-                    writer.add_scalar(f"losses/{key}", value.item(), global_step)
+                harness.log_losses(writer, logs, global_step)
                 progress.log(global_step, episodic_return)
+    progress.close()
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"

@@ -332,13 +332,14 @@ def main(args: Args) -> None:
     writer = harness.make_writer(args, run_name)
     # fps is measured from the `measure_after`-th update on: the warm-up before it (the update's jit
     # compilation, which a line above the progress bar announces) is logged apart
-    progress = harness.Progress(args, writer, args.total_timesteps, args.learning_starts + 1, args.measure_after,
-                                busy="compiling (jax.jit)")
+    progress = harness.Progress(args, writer, total=args.total_timesteps, start_step=args.learning_starts + 1,
+                                warmup_steps=args.measure_after, busy="compiling (jax.jit)")
     episodic_return, info = float("nan"), {}
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    for global_step in progress:
+    for global_step in range(args.total_timesteps):
+        progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         if global_step < args.learning_starts:
             action = env.action_space.sample()
@@ -369,16 +370,14 @@ def main(args: Args) -> None:
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
-            progress.tick(global_step)
             # dispatched without waiting: the host steps on while the device trains
             state, key, step_info = train_step(state, rb, key, policy_update=global_step % args.policy_frequency == 0)
             info |= step_info  # device scalars: the latest actor loss is kept between its updates
 
             if global_step % 100 == 0:  # read back from the device at logging steps only
-                for name in ("qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss", "actor_loss"):
-                    if name in info:
-                        writer.add_scalar(f"losses/{name}", float(info[name]), global_step)
+                harness.log_losses(writer, info, global_step)  # the critic's and actor's latest values
                 progress.log(global_step, episodic_return)
+    progress.close()
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"

@@ -24,6 +24,9 @@ saves:
    graph (tensordict's `CudaGraphModule`): one launch for all of its kernels on a GPU;
 8. no `.item()` in the hot loop: but for the action handed to the environment, values
    stay on the device and are read back only at logging intervals.
+9. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`),
+   so that it reproduces the run without it, for draws left out of the kernels' fusion;
+   on a GPU inductor's own generator stays on, fused, and draws other numbers.
 
 Each change from the eager script is tagged in its comment with its number here
 ([N]), so that `diff -u td3_continuous_action.py td3_continuous_action_torchcompile.py`
@@ -372,6 +375,9 @@ def main(args: Args) -> None:
         return out  # [4] a plain dict of tensors: no TensorDict to build (and check) at every call
 
     if args.compile:  # [6]
+        # [9] on the CPU compiled code draws its random numbers from torch's generator, as eager
+        # code does (the run without --compile reproduced); on a GPU inductor's own, fused, draws others
+        torch._inductor.config.fallback_random = device.type == "cpu"
         # trace torch.autograd.grad into the compiled graph: forward, backward and the Adam steps of the
         # whole update become one program, with no graph break and one guard check per update
         torch._dynamo.config.trace_autograd_ops = True
@@ -392,14 +398,16 @@ def main(args: Args) -> None:
 
     writer = harness.make_writer(args, run_name)
     # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
-    progress = harness.Progress(args, writer, args.total_timesteps, args.learning_starts + 1, args.measure_after)
+    progress = harness.Progress(args, writer, total=args.total_timesteps, start_step=args.learning_starts + 1,
+                                warmup_steps=args.measure_after)
     # [8] the last updates' outputs, without and with the delayed actor step: left on the device and read
     # only at logging intervals
     episodic_return, out_main, out_pol = float("nan"), None, None
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    for global_step in progress:
+    for global_step in range(args.total_timesteps):
+        progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         if global_step < args.learning_starts:
             action = env.action_space.sample()
@@ -427,7 +435,6 @@ def main(args: Args) -> None:
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
-            progress.tick(global_step)
             # [2] only the batch's indices here: the update gathers the batch itself, inside its program
             idx = rb.sample_indices(args.batch_size)
             policy_step = global_step % args.policy_frequency == 0
@@ -438,9 +445,9 @@ def main(args: Args) -> None:
                 # [8] the only reads of device values in the loop but the action, at logging intervals
                 # the last policy step's values, then this step's (the critic's values are this step's)
                 logs = (out_pol or {}) | out_main
-                for key, value in logs.items():
-                    writer.add_scalar(f"losses/{key}", value.item(), global_step)
+                harness.log_losses(writer, logs, global_step)
                 progress.log(global_step, episodic_return)
+    progress.close()
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"

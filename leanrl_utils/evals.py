@@ -72,10 +72,11 @@ def epsilon_greedy(greedy, explore, seed: int):
 
 
 def play(env, act, episodes: int, seed: int, stats=None) -> list[float]:
-    """Play `episodes` episodes with `act` (observations -> actions, numpy in and out, called without
-    gradients) and return their returns. `env` is one gymnasium environment with episode statistics, or a
-    gymnasium vector environment (same-step autoreset: a finished episode comes in `final_info`), or, with
-    `stats` (the script's EpisodeStats), an envpool one, whose whole games (unclipped rewards) are counted."""
+    """Play `episodes` episodes with `act` (observations -> actions, numpy in and out, called without gradients)
+    and return their returns, said in one line (their mean, spread and range). `env` is one gymnasium
+    environment with episode statistics, or a gymnasium vector environment (same-step autoreset: a finished
+    episode comes in `final_info`), or, with `stats` (the script's EpisodeStats), an envpool one, whose whole
+    games (unclipped rewards) are counted."""
     returns = []
     with torch.no_grad():
         if stats is not None:  # envpool: its games counted by the script's EpisodeStats
@@ -99,7 +100,10 @@ def play(env, act, episodes: int, seed: int, stats=None) -> list[float]:
                     finished = infos["final_info"]["_episode"]
                     returns += [float(r) for r in infos["final_info"]["episode"]["r"][finished]]
     env.close()
-    return returns[:episodes]
+    returns = returns[:episodes]
+    print(f"evaluation: {len(returns)} episodes, return {np.mean(returns):.1f} ± {np.std(returns):.1f} "
+          f"(min {min(returns):.1f}, max {max(returns):.1f})")
+    return returns
 
 
 def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: str | torch.device = "cpu"):

@@ -7,20 +7,40 @@ argument ranges (`check_args`) and every optimization. What is here is the same 
     from leanrl_utils import harness
 
     device = harness.pick_device(args)                 # threads for a busy machine, CUDA or the CPU, said why
-    writer = harness.make_writer(args, run_name)       # TensorBoard (and wandb), the NaN stop, Ctrl-C kept
-    progress = harness.Progress(args, writer, total, start_step, warmup_steps)   # the bar, fps, warm-up lines
+    writer = harness.make_writer(args, run_name)       # TensorBoard (and wandb), closed at exit
+    progress = harness.Progress(args, writer, total=..., start_step=..., warmup_steps=...)  # the bar and fps
+    for global_step in range(args.total_timesteps):
+        progress.tick(global_step)                     # the bar, the fps window's bounds
+        ...
+        harness.log_losses(writer, losses, global_step)  # at a logging step: losses/*, and the NaN stop
+    progress.close()
     ...
     if __name__ == "__main__":
         harness.run(main, Args, check_args)            # flags and their one-line mistakes, then main(args)
 
 A user's mistake stops in one line (`fail`, exit code 2), a run whose losses stop being finite numbers stops in
 one line (exit code 3), and a Ctrl-C (exit code 130) or an error keeps what was logged on disk.
+
+It sets nothing that changes a run's numbers or its speed, beyond the thread count, which the contract gives
+it: inductor's options, random-number settings and every other choice a reader of a pair should see are made
+in the scripts. Everything it does to a run's process (`tests/test_harness.py` checks this list against what a
+run through it changes):
+- threads: `torch.set_num_threads`, cut on a busy machine (`pick_threads`; OMP_NUM_THREADS wins);
+- warnings: tensordict's that say nothing a user can act on, and for a MuJoCo -v4 task gymnasium's "out of
+  date" and MuJoCo's `settotalmass` deprecation, said once in one line instead (`quiet_libraries`);
+- logging: tensordict's logger at WARNING (`quiet_libraries`);
+- mujoco: its warning handler, through which MuJoCo's other warnings still print (`quiet_libraries`);
+- signals: SIGINT held while a scalar is written, then raised again (`Writer.add_scalar`);
+- atexit: the writer closed, and wandb finished with --track (`make_writer`);
+- jax: its platform, the CPU, with --no-cuda (`use_jax_device`, for the JAX twins);
+- environment: XLA_FLAGS, asking XLA for deterministic GPU kernels with --torch-deterministic (`use_jax_device`).
 """
 
 import atexit
 import logging
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -35,6 +55,10 @@ from torch.utils.tensorboard import SummaryWriter
 # when the current run's main() began (set by `run`): charts/start's wall time, so that the time to reach a
 # return counts set-up and compilation
 _started: float | None = None
+# the run's arguments (set by `run`) and the step its loop is at (set by `Progress.tick`): a diverged run's line
+# names both
+_args = None
+_step: int | None = None
 
 
 def fail(message: str) -> NoReturn:
@@ -154,14 +178,33 @@ def why_not_cuda() -> str | None:
             else reasons[0] if reasons else "no CUDA device is visible")
 
 
-def quiet_tensordict() -> None:
-    """Silence tensordict's messages that say nothing a user can act on: a lock_() traced by torch.compile skips
-    its check of locked parents (nothing in the scripts unlocks a tensordict); CudaGraphModule made without CUDA
-    (pick_device says once that --cudagraphs runs without graphs there); each graph module it sets up (logged at
-    INFO). Called by pick_device, after the script imported tensordict (which sets its logger's level)."""
+def quiet_libraries(env_id: str | None) -> None:
+    """Leave out the libraries' messages that say nothing a user can act on, every other warning left visible.
+    tensordict's: a lock_() traced by torch.compile skips its check of locked parents (nothing in the scripts
+    unlocks a tensordict); CudaGraphModule made without CUDA (pick_device says once that --cudagraphs runs
+    without graphs there); each graph module it sets up (logged at INFO). And on a MuJoCo -v4 task (CleanRL's
+    and LeanRL's published figures use v4), gymnasium's warning that v4 is out of date and MuJoCo's deprecation
+    of the `settotalmass` attribute of v4's model files (once per environment made), said once in one line
+    instead. Called by `run`, before main()."""
     warnings.filterwarnings("ignore", r"Using lock_\(\) inside a compiled graph")
     warnings.filterwarnings("ignore", "This module is instantiated on a machine without CUDA")
     logging.getLogger("tensordict").setLevel(logging.WARNING)
+    if not (env_id or "").endswith("-v4") or env_id.split("-")[0] not in MUJOCO_V4:
+        return
+    import mujoco
+
+    warnings.filterwarnings("ignore", rf"(?s).*The environment {re.escape(env_id)} is out of date")
+    mujoco.set_mju_user_warning(lambda text: None if "settotalmass" in text else print(
+        f"WARNING: {text}\n", file=sys.stderr))  # MuJoCo's own format for the others
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"{os.path.basename(sys.argv[0])}: {env_id}: the version CleanRL's and LeanRL's published figures use "
+              "(gymnasium's out-of-date warning and MuJoCo's settotalmass deprecation for it are left out)",
+              file=sys.stderr)
+
+
+# gymnasium's MuJoCo tasks that have a -v4 (whose model files set `settotalmass`)
+MUJOCO_V4 = {"Ant", "HalfCheetah", "Hopper", "Humanoid", "HumanoidStandup", "InvertedDoublePendulum",
+             "InvertedPendulum", "Pusher", "Reacher", "Swimmer", "Walker2d"}
 
 
 def pick_device(args) -> torch.device:
@@ -170,15 +213,11 @@ def pick_device(args) -> torch.device:
     that a run meant for a GPU never runs on the CPU unnoticed. --cudagraphs (the optimized scripts' flag)
     without CUDA says once that it runs without graphs (tensordict's CudaGraphModule then calls each function
     directly); on a machine with CUDA, --no-cuda beside it is refused, since the graphs would be captured from
-    CPU tensors. On the CPU, compiled code draws eager's random numbers (inductor's `fallback_random`), so
-    that --compile reproduces a run without it (the contract); on a GPU inductor's own generator is faster
-    and stays on."""
+    CPU tensors."""
     pick_threads()
-    quiet_tensordict()
     why = why_not_cuda()
     if args.cuda and why is None:
         return torch.device("cuda")
-    torch._inductor.config.fallback_random = True
     if getattr(args, "cudagraphs", False):
         if why is None:
             fail("--cudagraphs records CUDA graphs and --no-cuda keeps this run on the CPU: leave out one of the two")
@@ -196,7 +235,6 @@ def pick_rank_device(args, local_rank: int) -> torch.device:
     import torch.distributed as dist
 
     pick_threads()
-    quiet_tensordict()
     if args.backend is not None and not dist.is_backend_available(args.backend):
         fail(f"--backend {args.backend}: this build of torch has no such backend"
              + (" (NCCL needs a CUDA build of torch and a GPU; on the CPU use gloo, the default)" if args.backend == "nccl" else ""))
@@ -211,7 +249,6 @@ def pick_rank_device(args, local_rank: int) -> torch.device:
                 print("warning: --cudagraphs needs a CUDA device; running without CUDA graphs", file=sys.stderr)
         if args.cuda and int(os.environ.get("RANK", "0")) == 0:  # CUDA was asked for: one line says why it is not used
             print(f"{os.path.basename(sys.argv[0])}: --cuda: {why}; running on the CPU", file=sys.stderr)
-        torch._inductor.config.fallback_random = True  # as in pick_device
         return torch.device("cpu")
     count = torch.cuda.device_count()
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(args.world_size)))  # ranks on this machine
@@ -261,65 +298,67 @@ def use_jax_device(args) -> None:
               "jaxlib, or no visible GPU); running on the CPU", file=sys.stderr)
 
 
-def make_writer(args, run_name: str) -> SummaryWriter:
+def make_writer(args, run_name: str) -> "Writer":
     """TensorBoard in runs/<run_name>/ (and wandb with --track), closed at exit: what was logged is kept after
-    Ctrl-C or an error. A loss logged as a number that is not finite stops the run (`diverged`), and a Ctrl-C
-    that lands while a scalar is written waits for the write. The hyperparameters go in as a text table, and
-    `charts/start` as one point whose wall time is when main() began: the time to reach a return counts from
-    it, set-up and compilation before the first logged value included."""
+    Ctrl-C or an error. The hyperparameters go in as a text table, and `charts/start` as one point whose wall
+    time is when main() began: the time to reach a return counts from it, set-up and compilation before the
+    first logged value included."""
     if args.track:
         import wandb
 
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=vars(args), name=run_name, save_code=True)
         atexit.register(wandb.finish)
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_scalar = ctrl_c_held(writer.add_scalar)  # a Ctrl-C waits for the write in progress
-    writer.add_scalar = stop_if_diverged(writer.add_scalar, args)  # a NaN loss stops the run
+    writer = Writer(f"runs/{run_name}")
     writer.add_scalar("charts/start", 0, 0, walltime=_started if _started is not None else time.time())
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     atexit.register(writer.close)  # registered last, runs first: before wandb.finish
     return writer
 
 
-def diverged(what: str, args, step: int | None = None) -> NoReturn:
-    """Training diverged: every update after a NaN is NaN too, so the run stops. One line names the step, what is
-    not a finite number and the learning rates; exit code 3; what was logged is kept (the writer closes at exit)."""
-    for bar in list(getattr(tqdm.tqdm, "_instances", ())):
-        bar.close()  # the progress bar's line ends before the message's
-    rates = ", ".join(f"{flag(name)} {value:g}" for name, value in vars(args).items()
-                      if isinstance(value, float) and (name.endswith("_lr") or name == "learning_rate"))
-    print(f"{os.path.basename(sys.argv[0])}: error: step {step}: {what}: training diverged; a smaller learning rate "
-          f"({rates}) may help", file=sys.stderr)
-    sys.exit(3)
+class Writer(SummaryWriter):
+    """TensorBoard's writer, where a Ctrl-C that lands while a scalar is written waits for the write, then is
+    raised again: a KeyboardInterrupt raised inside the locks of TensorBoard's queue can leave its writer thread
+    asleep, and the run hung at exit (writer.close)."""
 
-
-def stop_if_diverged(write, args):
-    """`write` (the writer's add_scalar) that stops the run (`diverged`) once a loss it logs is not a finite
-    number, after writing it."""
-
-    def checked(tag, value, step=None, *more, **kwargs):
-        written = write(tag, value, step, *more, **kwargs)
-        if tag.startswith("losses/") and not math.isfinite(float(value)):
-            diverged(f"{tag} is {float(value)}", args, step)
-        return written
-    return checked
-
-
-def ctrl_c_held(write):
-    """`write` with a Ctrl-C held until it returns, then raised again: a KeyboardInterrupt raised inside the
-    locks of TensorBoard's queue can leave its writer thread asleep, and the run hung at exit (writer.close)."""
-
-    def held(*args, **kwargs):
+    def add_scalar(self, *args, **kwargs):
         caught = []
         previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
         try:
-            return write(*args, **kwargs)
+            return super().add_scalar(*args, **kwargs)
         finally:
             signal.signal(signal.SIGINT, previous)
             if caught:
                 signal.raise_signal(signal.SIGINT)
-    return held
+
+
+def log_losses(writer, losses: dict, step: int) -> None:
+    """At a logging step: each value of `losses` (tensors, numbers; None is left out) as the scalar
+    `losses/<name>`, a tensor read back to the host here; then the NaN stop: every update after a NaN is NaN
+    too, so a run whose loss is not a finite number stops (`diverged`), that value written first."""
+    values = {name: float(value) for name, value in losses.items() if value is not None}
+    for name, value in values.items():
+        writer.add_scalar(f"losses/{name}", value, step)
+    for name, value in values.items():
+        if not math.isfinite(value):
+            diverged(f"losses/{name} is {value}", step)
+
+
+def diverged(what: str, step: int | None) -> NoReturn:
+    """Training diverged: one line names the step, what is not a finite number and the run's learning rates;
+    exit code 3; what was logged is kept (the writer closes at exit)."""
+    close_bars()  # the progress bar's line ends before the message's
+    rates = ", ".join(f"{flag(name)} {value:g}" for name, value in vars(_args or object()).items()
+                      if isinstance(value, float) and (name.endswith("_lr") or name == "learning_rate"))
+    print(f"{os.path.basename(sys.argv[0])}: error: step {step}: {what}: training diverged"
+          + (f"; a smaller learning rate ({rates}) may help" if rates else ""), file=sys.stderr)
+    sys.exit(3)
+
+
+def close_bars() -> None:
+    """Every progress bar closed, its line ended: what is printed next starts a line of its own."""
+    for bar in list(getattr(tqdm.tqdm, "_instances", ())):
+        bar.close()
 
 
 class Progress:
@@ -329,7 +368,7 @@ class Progress:
     ends, how long it took: `busy`, or for the optimized scripts what their flags make it do (--compile
     compiles; --cudagraphs captures, on a CUDA device). A disabled bar (a rank other than 0) says nothing."""
 
-    def __init__(self, args, writer, total: int, start_step: int, warmup_steps: int, busy: str | None = None,
+    def __init__(self, args, writer, *, total: int, start_step: int, warmup_steps: int, busy: str | None = None,
                  disable: bool = False):
         if busy is None:
             graphs = getattr(args, "cudagraphs", False) and args.cuda and why_not_cuda() is None
@@ -339,20 +378,13 @@ class Progress:
         self.writer, self.steps, self.times, self.busy = writer, (start_step, start_step + warmup_steps), {}, busy
         self.bar = tqdm.tqdm(total=total, desc=args.exp_name, unit="step", disable=disable)
 
-    def __iter__(self):
-        """The steps 0, 1, ..., total - 1, the bar advancing with each."""
-        for step in range(self.bar.total):
-            yield step
-            self.bar.update()
-        self.bar.close()
-
-    def update(self, steps: int) -> None:
-        """The bar advanced by `steps` environment steps (a loop that steps several environments at once)."""
-        self.bar.update(steps)
-
     def tick(self, step: int) -> None:
-        """Called at every step that may open the fps window: its start and end are timed."""
-        if step in self.steps:
+        """The loop is at `step` (`step` environment steps done): the bar shows them, and at the fps window's
+        bounds the time is taken. A run that diverges names the step its loop was at."""
+        global _step
+        _step = step
+        self.bar.update(step - self.bar.n)
+        if step in self.steps and step not in self.times:
             self.times[step] = time.perf_counter()
             if step == self.steps[0] and self.busy and not self.bar.disable:  # a line above the bar, which stalls
                 tqdm.tqdm.write(f"warm-up: {self.busy}; fps are counted after it", file=sys.stderr)
@@ -361,6 +393,11 @@ class Progress:
                 self.writer.add_scalar("charts/warmup_time", warmup, step)
                 if self.busy and not self.bar.disable:
                     tqdm.tqdm.write(f"warm-up done in {warmup:.1f} s", file=sys.stderr)
+
+    def update(self, steps: int) -> None:
+        """The bar advanced by `steps` environment steps within an iteration (a loop that steps several
+        environments at once)."""
+        self.bar.update(steps)
 
     def log(self, step: int, episodic_return: float = float("nan")) -> float | None:
         """At a logging step: `charts/SPS` since the window opened, shown on the bar with the latest return."""
@@ -371,30 +408,33 @@ class Progress:
         self.bar.set_postfix(fps=f"{sps:.0f}", ret=f"{episodic_return:.1f}")
         return sps
 
+    def close(self) -> None:
+        """The loop is over: the bar full, its line ended."""
+        self.bar.update(self.bar.total - self.bar.n)
+        self.bar.close()
+
 
 def run(main: Callable, Args: type, check_args: Callable | None = None, argv: list[str] | None = None) -> None:
     """What `python leanrl/<script>.py` does: read the command line (`parse_args`), refuse what no script takes
     (`check_common`) and what this one does not (its `check_args`), all before any work and before any run folder
     is written; then train, `main(args)`, and end a run that diverged, was interrupted or lost another rank in
     one line."""
-    global _started
+    global _started, _args, _step
     args = parse_args(Args, argv)
     check_common(args)
     if check_args is not None:
         check_args(args)
-    _started = time.time()
+    check_writable(args)
+    quiet_libraries(getattr(args, "env_id", None))
+    _started, _args, _step = time.time(), args, None
     try:
         main(args)
     except ValueError as err:
         # torch.distributions refuses parameters that are not finite numbers (the eager scripts that sample
-        # from one): training diverged before a logged loss could show it
+        # from one): training diverged before a logged loss could show it, at the step the loop was at
         if "found invalid values" not in str(err):
             raise
-        import traceback
-
-        steps = [frame.f_locals["global_step"] for frame, _ in traceback.walk_tb(err.__traceback__)
-                 if "global_step" in frame.f_locals]  # main()'s step when the error was raised
-        diverged("a distribution's parameters are not finite numbers", args, steps[-1] if steps else None)
+        diverged("a distribution's parameters are not finite numbers", _step)
     except BaseException as err:
         if lost_contact(err):  # another rank stopped (a crash, a kill) or did not answer within --dist-timeout
             print(f"{os.path.basename(sys.argv[0])}: error: lost contact with another rank: {str(err).splitlines()[0]}",
@@ -405,10 +445,30 @@ def run(main: Callable, Args: type, check_args: Callable | None = None, argv: li
             err = err.__context__
         if err is None:
             raise
+        close_bars()  # the line below starts a line of its own, and is the last
         print("interrupted; what was logged is kept in runs/", file=sys.stderr)
         sys.exit(130)
     finally:
-        _started = None
+        _started, _args, _step = None, None, None
+
+
+def check_writable(args) -> None:
+    """Refuse, in one line and before any work, a folder the run will write into that cannot be written: runs/
+    (TensorBoard's logs and --save-model's checkpoint), videos/ with --capture-video, wandb/ with --track. Nothing
+    is made: a file is created and removed in the folder, or where it will be made if it does not exist yet."""
+    import tempfile
+
+    for folder, on in (("runs", True), ("videos", getattr(args, "capture_video", False)),
+                       ("wandb", getattr(args, "track", False))):
+        if not on:
+            continue
+        where = os.path.abspath(folder)
+        if os.path.exists(where) and not os.path.isdir(where):
+            fail(f"{where}: the run writes its {folder} there, and it is a file, not a folder")
+        try:
+            tempfile.TemporaryFile(dir=where if os.path.isdir(where) else os.path.dirname(where)).close()
+        except OSError as err:
+            fail(f"{where}: the run writes its {folder} there and cannot: {err.strerror or err}")
 
 
 def lost_contact(err: BaseException) -> bool:

@@ -215,15 +215,6 @@ def test_cudagraphs_need_cuda(monkeypatch, capsys, no_threads):
     assert harness.pick_device(Args(cuda=True, cudagraphs=True)) == torch.device("cuda")
 
 
-def test_compiled_code_draws_eager_s_random_numbers_on_the_cpu(monkeypatch, no_threads):
-    """The contract: on the CPU --compile reproduces the run without it, so inductor falls back to eager's
-    generator there; on a GPU inductor's own generator stays on."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    with torch._inductor.config.patch(fallback_random=False):  # (monkeypatch would delete the setting after)
-        assert harness.pick_device(Args()) == torch.device("cuda") and not torch._inductor.config.fallback_random
-        assert harness.pick_device(Args(cuda=False)) == torch.device("cpu") and torch._inductor.config.fallback_random
-
-
 def test_loop_ordering_is_switched_off_only_where_torch_lacks_the_fix():
     """pytorch/pytorch#176591 (fixed in 2.12) crashes the compilation of SAC's and TD3's update on CUDA: on
     torch 2.11 with CUDA the update is compiled with inductor's loop ordering after fusion off; on 2.12 and
@@ -271,19 +262,24 @@ def test_the_writer_logs_the_start_and_the_hyperparameters(tmp_path, monkeypatch
 
 
 def test_a_loss_that_is_not_a_finite_number_stops_the_run(tmp_path, monkeypatch, capsys):
-    """Every update after a NaN is NaN too: the run stops once a loss is logged as one, in one line naming the
-    step, the loss and the learning rates, exit code 3, that loss written first; values that are not losses are
-    logged as they are."""
+    """Every update after a NaN is NaN too: the run stops where its losses are logged (`log_losses`, a call the
+    script shows) once one is not a finite number, in one line naming the step, the loss and the run's learning
+    rates, exit code 3, every value written first; a value left None is not logged, and the writer itself logs
+    a NaN as it is (an episode's return may be one)."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(harness, "_args", Args())  # the run's arguments, as run() sets them
     writer = harness.make_writer(Args(), "run")
     writer.add_scalar("charts/episodic_return", math.nan, 1)
+    harness.log_losses(writer, dict(q_values=torch.tensor(2.5), actor_loss=None), 5)
     with pytest.raises(SystemExit) as stop:
-        writer.add_scalar("losses/td_loss", math.inf, 7)
+        harness.log_losses(writer, dict(td_loss=torch.tensor(math.inf), q_values=torch.tensor(3.0)), 7)
     writer.close()
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert stop.value.code == 3 and last == ("toy.py: error: step 7: losses/td_loss is inf: training diverged; a "
                                              "smaller learning rate (--learning-rate 0.0003) may help")
-    assert read_run(tmp_path / "runs" / "run").values("losses/td_loss") == [math.inf]
+    log = read_run(tmp_path / "runs" / "run")
+    assert log.values("losses/td_loss") == [math.inf] and log.values("losses/q_values") == [2.5, 3.0]
+    assert "losses/actor_loss" not in log.scalars
 
 
 def test_a_ctrl_c_during_a_write_waits_for_it(tmp_path, monkeypatch):
@@ -334,23 +330,26 @@ def test_fps_are_counted_after_the_warm_up(monkeypatch, capsys):
     progress = harness.Progress(Args(), writer, total=100, start_step=5, warmup_steps=10, busy="compiling (jax.jit)")
     progress.tick(4)
     progress.tick(5)  # the warm-up starts: 10.0
+    progress.tick(5)  # a step ticked again (a loop's two calls) opens nothing twice
     assert progress.log(10) is None  # inside the warm-up
     progress.tick(15)  # the window opens: 12.5
-    assert writer.logged == [("charts/warmup_time", 2.5, 15)]
+    assert writer.logged == [("charts/warmup_time", 2.5, 15)] and progress.bar.n == 15 and harness._step == 15
     assert progress.log(35) == 10.0 and writer.logged[-1] == ("charts/SPS", 10.0, 35)  # 20 steps in 2 s
-    progress.bar.close()
+    progress.close()
+    assert progress.bar.n == 100
     err = capsys.readouterr().err
     assert "warm-up: compiling (jax.jit); fps are counted after it" in err and "warm-up done in 2.5 s" in err
     # an optimized script says what its flags make the warm-up do; an eager one says nothing
-    assert harness.Progress(Args(), writer, 10, 0, 1).busy is None
+    sizes = dict(total=10, start_step=0, warmup_steps=1)
+    assert harness.Progress(Args(), writer, **sizes).busy is None
     compiled = type("Compiled", (), dict(exp_name="x", compile=True, cudagraphs=True, cuda=True))
-    assert harness.Progress(compiled, writer, 10, 0, 1).busy == "compiling (--compile)"  # no CUDA here: no capture
+    assert harness.Progress(compiled, writer, **sizes).busy == "compiling (--compile)"  # no CUDA here: no capture
     monkeypatch.setattr(harness, "why_not_cuda", lambda: None)
-    assert harness.Progress(compiled, writer, 10, 0, 1).busy == "compiling (--compile) and capturing CUDA graphs"
+    assert harness.Progress(compiled, writer, **sizes).busy == "compiling (--compile) and capturing CUDA graphs"
     # a disabled bar (the ranks other than 0) says nothing of the warm-up
     monkeypatch.setattr(harness.time, "perf_counter", iter([1.0, 2.0]).__next__)
     capsys.readouterr()
-    quiet = harness.Progress(Args(), writer, 10, 0, 1, busy="compiling", disable=True)
+    quiet = harness.Progress(Args(), writer, **sizes, busy="compiling", disable=True)
     quiet.tick(0)
     quiet.tick(1)
     assert capsys.readouterr().err == "" and writer.logged[-1] == ("charts/warmup_time", 1.0, 1)
@@ -397,12 +396,15 @@ def test_a_distribution_that_refuses_nan_stops_the_run_at_its_step(capsys, monke
     monkeypatch.setattr(torch.distributions.Distribution, "_validate_args", True)
 
     def main(args):
+        progress = harness.Progress(args, Recorder(), total=10, start_step=0, warmup_steps=1)
         for global_step in range(10):
+            progress.tick(global_step)  # the step where it is known: the run's line names it
             if global_step == 6:
                 torch.distributions.Normal(torch.tensor([math.nan]), torch.tensor([1.0]))
     code, err = started_run(main, capsys=capsys)
-    assert code == 3 and err.strip() == ("toy.py: error: step 6: a distribution's parameters are not finite numbers: "
-                                         "training diverged; a smaller learning rate (--learning-rate 0.0003) may help")
+    # the bar's line ends first: the run's line is a line of its own, and the last
+    assert code == 3 and err.endswith("\ntoy.py: error: step 6: a distribution's parameters are not finite numbers: "
+                                      "training diverged; a smaller learning rate (--learning-rate 0.0003) may help\n")
 
 
 def test_a_lost_rank_ends_the_run_in_one_line(monkeypatch, capsys):
@@ -437,3 +439,91 @@ def test_a_mistake_stops_a_real_process_in_one_line(tmp_path):
     run = run_script("sac_continuous_action", "--env-id", "NoSuchEnv-v9", cwd=tmp_path)
     assert_user_error(run, "--env-id")
     assert run.returncode == 2
+
+
+# Runs the harness as a script's run does (run, pick_device, make_writer, Progress, log_losses, use_jax_device) in a
+# process of its own, on a MuJoCo -v4 task and a busy machine, and prints, as JSON, what it did to the process: the
+# calls that change it (recorded) and the settings that differ after (inductor's, dynamo's, torch's numerics).
+TOUCHED = r"""
+import atexit, json, logging, os, signal, sys, warnings
+import torch
+from dataclasses import dataclass
+from leanrl_utils import harness
+
+touched, settings = set(), {}
+def record(owner, name, what):
+    real = getattr(owner, name)
+    def recorded(*args, **kwargs):
+        touched.add(what)
+        return real(*args, **kwargs)
+    setattr(owner, name, recorded)
+record(torch, "set_num_threads", "threads")
+record(warnings, "filterwarnings", "warnings")
+record(warnings, "simplefilter", "warnings")
+record(logging.Logger, "setLevel", "logging")
+record(signal, "signal", "signals")
+record(atexit, "register", "atexit")
+import mujoco
+record(mujoco, "set_mju_user_warning", "mujoco")
+import jax
+record(jax.config, "update", "jax")
+
+def numerics():
+    return dict(inductor=torch._inductor.config.get_config_copy(), dynamo=torch._dynamo.config.get_config_copy(),
+                torch=dict(deterministic=torch.are_deterministic_algorithms_enabled(), grad=torch.is_grad_enabled(),
+                           matmul=torch.get_float32_matmul_precision(), dtype=str(torch.get_default_dtype()),
+                           cudnn=(torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)))
+os.environ.pop("OMP_NUM_THREADS", None)  # the thread count the harness chooses
+before, environ = numerics(), dict(os.environ)
+harness.threads_left = lambda cores, busy: 1  # a busy machine: the threads are cut
+
+@dataclass
+class Args:
+    exp_name: str = "toy"
+    seed: int = 1
+    cuda: bool = False
+    torch_deterministic: bool = True
+    track: bool = False
+    capture_video: bool = False
+    env_id: str = "HalfCheetah-v4"
+    learning_rate: float = 3e-4
+    compile: bool = True
+
+def main(args):
+    harness.pick_device(args)
+    harness.use_jax_device(args)
+    writer = harness.make_writer(args, "run")
+    progress = harness.Progress(args, writer, total=4, start_step=0, warmup_steps=1)
+    for step in range(4):
+        progress.tick(step)
+        harness.log_losses(writer, dict(loss=torch.tensor(1.0)), step)
+        progress.log(step)
+    progress.close()
+
+harness.run(main, Args, None, [])
+after = numerics()
+changed = [f"{part}.{key}" for part in before for key in before[part] if before[part][key] != after[part][key]]
+env = sorted(k for k in set(environ) | set(os.environ) if environ.get(k) != os.environ.get(k))
+print(json.dumps(dict(touched=sorted(touched | ({"environment"} if env else set())), numerics=changed, env=env)))
+"""
+
+
+def test_the_harness_says_all_it_does_to_a_run(tmp_path):
+    """The harness's docstring lists everything it does to a run's process, and it sets nothing that changes the
+    numbers or the speed of a run but the thread count the contract gives it (no inductor or dynamo option, no
+    random-number fallback, no torch numerics setting): a reader of a pair sees every such choice in the scripts.
+    Checked against what a run through the harness does (TOUCHED, in a process of its own)."""
+    import json
+    import re
+    import subprocess
+
+    from helpers import ENV
+
+    pytest.importorskip("jax")
+    out = subprocess.run([sys.executable, "-c", TOUCHED], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    done = json.loads(out.stdout.strip().splitlines()[-1])
+    listed = re.findall(r"^- (\w+): ", harness.__doc__.split("Everything it does to a run's process")[1], re.M)
+    assert done["numerics"] == [], "the harness changed settings a reader of a pair should see in the scripts"
+    assert sorted(listed) == done["touched"], (listed, done)

@@ -34,7 +34,7 @@ def test_a_sample_goes_where_main_was(script):
     assert steps, "no line steps the environments"
     expected = "environment + acting" if script == "ppo_atari_envpool_jax" else "environment"
     assert {category(script, main, n) for n in steps} == {expected}
-    losses = lines_matching(main, r"writer\.add_scalar\(f?\"losses/")
+    losses = lines_matching(main, r"harness\.log_losses\(")
     assert losses and {category(script, main, n) for n in losses} == {"logging"}
     if script in PAIRS.values():  # CleanRL's layout: the update is written out in main()
         backward = lines_matching(main, r"\.backward\(\)")
