@@ -56,82 +56,72 @@ class Args:
     save_model: bool = False
     """whether to save the trained model (and evaluate it) in the run's folder"""
     eval_episodes: int = 10
-    """episodes played by the saved policy after training (with --save-model)"""
+    """episodes played by the saved policy after training (with --save-model) (> 0)"""
 
     # Algorithm specific arguments
     env_id: str = "Breakout-v5"
     """the id of the environment"""
     total_timesteps: int = 10000000
-    """total timesteps of the experiments"""
+    """total timesteps of the experiments (> 0)"""
     learning_rate: float = 2.5e-4
-    """the learning rate of the optimizer"""
+    """the learning rate of the optimizer (> 0)"""
     num_envs: int = 8
-    """the number of parallel game environments"""
+    """the number of parallel game environments (> 0)"""
     num_steps: int = 128
-    """the number of steps to run in each environment per policy rollout"""
+    """the number of steps to run in each environment per policy rollout (> 0)"""
     anneal_lr: bool = True
     """Toggle learning rate annealing for policy and value networks"""
     gamma: float = 0.99
-    """the discount factor gamma"""
+    """the discount factor gamma (in [0, 1])"""
     gae_lambda: float = 0.95
-    """the lambda for the general advantage estimation"""
+    """the lambda for the general advantage estimation (in [0, 1])"""
     num_minibatches: int = 4
-    """the number of mini-batches"""
+    """the number of mini-batches (> 0)"""
     update_epochs: int = 4
-    """the K epochs to update the policy"""
+    """the K epochs to update the policy (> 0)"""
     norm_adv: bool = True
     """Toggles advantages normalization"""
     clip_coef: float = 0.1
-    """the surrogate clipping coefficient"""
+    """the surrogate clipping coefficient (>= 0)"""
     clip_vloss: bool = True
     """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
     ent_coef: float = 0.01
-    """coefficient of the entropy"""
+    """coefficient of the entropy (>= 0)"""
     vf_coef: float = 0.5
-    """coefficient of the value function"""
+    """coefficient of the value function (>= 0)"""
     max_grad_norm: float = 0.5
-    """the maximum norm for the gradient clipping"""
+    """the maximum norm for the gradient clipping (> 0)"""
     target_kl: float | None = None
-    """the target KL divergence threshold"""
+    """the target KL divergence threshold (>= 0)"""
     measure_after: int = 1
-    """iterations left out of the fps window (the warm-up: compilation, CUDA-graph capture)"""
+    """iterations left out of the fps window (the warm-up: compilation, CUDA-graph capture) (>= 0)"""
     backend: str | None = None
     """the torch.distributed backend (default: nccl on CUDA, gloo on the CPU)"""
     device_ids: list[int] = field(default_factory=list)
     """the GPU of each local rank (default: local rank modulo the GPU count; ranks may share one with gloo only)"""
     dist_timeout: float = 300.0
-    """seconds a rank waits for the others in a collective before the run stops with an error"""
+    """seconds a rank waits for the others in a collective before the run stops with an error (> 0)"""
 
     # to be filled in runtime
     world_size: int = 1
-    """the number of processes (computed in runtime)"""
+    """the number of processes (computed)"""
     local_batch_size: int = 0
-    """the batch size of one rank (computed in runtime)"""
+    """the batch size of one rank (computed)"""
     batch_size: int = 0
-    """the batch size of all ranks (computed in runtime)"""
+    """the batch size of all ranks (computed)"""
     minibatch_size: int = 0
-    """the mini-batch size (computed in runtime)"""
+    """the mini-batch size (computed)"""
     num_iterations: int = 0
-    """the number of iterations (computed in runtime)"""
+    """the number of iterations (computed)"""
 
 
 def check_args(args: Args) -> None:
-    """This script's ranges, checked before any work (the harness refuses non-finite numbers and bad seeds)."""
-    harness.check_ranges(args, positive=["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches",
-                                         "update_epochs", "eval_episodes"],
-                         non_negative=["clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "measure_after"],
-                         unit=["gamma", "gae_lambda"])  # discounts: each named alone when it is out of range
-    if args.target_kl is not None and args.target_kl < 0:
-        harness.fail(f"--target-kl must be >= 0 (or left unset), got {args.target_kl}")
-    harness.check_ranges(args, positive=["dist_timeout"])
-    batch = args.num_envs * args.num_steps
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's (main() keeps it as args.world_size)
-    if batch * world_size > args.total_timesteps:
-        harness.fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch of all ranks (world size "
-                     f"{world_size} x --num-envs x --num-steps = {batch * world_size})")
-    if batch % args.num_minibatches != 0:
-        harness.fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
-    harness.no_video_with_envpool(args)  # envpool renders no frames
+    """What the flags' declared ranges (the end of their docstrings, checked by the harness) cannot say, checked
+    before any work: the task exists, the minibatches divide the batch, the step budget holds whole batches of all
+    ranks (torchrun's WORLD_SIZE: main() keeps it as args.world_size); envpool renders no frames."""
+    harness.known_env_id(args.env_id, "envpool")
+    harness.check_batches(args, args.num_envs * args.num_steps, ranks=int(os.environ.get("WORLD_SIZE", "1")))
+    harness.no_video_with_envpool(args)
 
 
 def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):

@@ -50,70 +50,60 @@ class Args:
     save_model: bool = False
     """whether to save the trained model (and evaluate it) in the run's folder"""
     eval_episodes: int = 10
-    """episodes played by the saved policy after training (with --save-model)"""
+    """episodes played by the saved policy after training (with --save-model) (> 0)"""
 
     # Algorithm specific arguments
     env_id: str = "HalfCheetah-v4"
     """the id of the environment"""
     total_timesteps: int = 1000000
-    """total timesteps of the experiments"""
+    """total timesteps of the experiments (> 0)"""
     learning_rate: float = 3e-4
-    """the learning rate of the optimizer"""
+    """the learning rate of the optimizer (> 0)"""
     num_envs: int = 1
-    """the number of parallel game environments"""
+    """the number of parallel game environments (> 0)"""
     num_steps: int = 2048
-    """the number of steps to run in each environment per policy rollout"""
+    """the number of steps to run in each environment per policy rollout (> 0)"""
     anneal_lr: bool = True
     """Toggle learning rate annealing for policy and value networks"""
     gamma: float = 0.99
-    """the discount factor gamma"""
+    """the discount factor gamma (in [0, 1])"""
     gae_lambda: float = 0.95
-    """the lambda for the general advantage estimation"""
+    """the lambda for the general advantage estimation (in [0, 1])"""
     num_minibatches: int = 32
-    """the number of mini-batches"""
+    """the number of mini-batches (> 0)"""
     update_epochs: int = 10
-    """the K epochs to update the policy"""
+    """the K epochs to update the policy (> 0)"""
     norm_adv: bool = True
     """Toggles advantages normalization"""
     clip_coef: float = 0.2
-    """the surrogate clipping coefficient"""
+    """the surrogate clipping coefficient (>= 0)"""
     clip_vloss: bool = True
     """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
     ent_coef: float = 0.0
-    """coefficient of the entropy"""
+    """coefficient of the entropy (>= 0)"""
     vf_coef: float = 0.5
-    """coefficient of the value function"""
+    """coefficient of the value function (>= 0)"""
     max_grad_norm: float = 0.5
-    """the maximum norm for the gradient clipping"""
+    """the maximum norm for the gradient clipping (> 0)"""
     target_kl: float | None = None
-    """the target KL divergence threshold"""
+    """the target KL divergence threshold (>= 0)"""
     measure_after: int = 1
-    """iterations left out of the fps window (the warm-up: compilation, CUDA-graph capture)"""
+    """iterations left out of the fps window (the warm-up: compilation, CUDA-graph capture) (>= 0)"""
 
     # to be filled in runtime
     batch_size: int = 0
-    """the batch size (computed in runtime)"""
+    """the batch size (computed)"""
     minibatch_size: int = 0
-    """the mini-batch size (computed in runtime)"""
+    """the mini-batch size (computed)"""
     num_iterations: int = 0
-    """the number of iterations (computed in runtime)"""
+    """the number of iterations (computed)"""
 
 
 def check_args(args: Args) -> None:
-    """This script's ranges, checked before any work (the harness refuses non-finite numbers and bad seeds)."""
-    harness.check_ranges(args, positive=["total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches",
-                                         "update_epochs", "eval_episodes"],
-                         non_negative=["clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "measure_after"],
-                         unit=["gamma", "gae_lambda"])
-    if args.target_kl is not None and args.target_kl < 0:
-        harness.fail(f"--target-kl must be >= 0 (or left unset), got {args.target_kl}")
-    batch = args.num_envs * args.num_steps
-    if batch % args.num_minibatches != 0:
-        harness.fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch "
-                     f"(--num-envs x --num-steps = {batch})")
-    if args.total_timesteps < batch:
-        harness.fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch "
-                     f"(--num-envs x --num-steps = {batch})")
+    """What the flags' declared ranges (the end of their docstrings, checked by the harness) cannot say, checked
+    before any work: the task exists, the minibatches divide the batch, the step budget holds whole batches."""
+    harness.known_env_id(args.env_id, "gymnasium")
+    harness.check_batches(args, args.num_envs * args.num_steps)
 
 
 def make_env(env_id, idx, capture_video, run_name, gamma):

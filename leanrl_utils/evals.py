@@ -9,6 +9,13 @@ for the tests and benchmarks, so a model saved by any script of a family loads t
     from leanrl_utils.evals import load_policy, evaluate      # the project's package: pip install -e .
     policy, args = load_policy("runs/<run>/sac_continuous_action.pt")[:2]
     returns = evaluate("runs/<run>/sac_continuous_action.pt", eval_episodes=5)
+
+or from the command line, its returns said in one line:
+
+    python -m leanrl_utils.evals runs/<run>/sac_continuous_action.pt --episodes 5
+
+A file that cannot be read as a checkpoint, or is not one of this project's, is refused in one line naming it
+(`CheckpointError`; exit code 2 on the command line).
 """
 
 import random
@@ -22,10 +29,27 @@ from leanrl_utils.scripts import PAIRS, load_script
 EVAL_EPSILON = 0.05  # DQN plays ε-greedy with a small ε, as CleanRL's evaluation does
 
 
+class CheckpointError(ValueError):
+    """A file given as a checkpoint that cannot be read as one, or is not one of this project's."""
+
+
+def read_checkpoint(model_path: str, device: str | torch.device = "cpu") -> dict:
+    """A checkpoint saved by a script's --save-model, read back; a file that is none refused in one line."""
+    try:
+        checkpoint = torch.load(model_path, map_location=device, weights_only=True)
+    except Exception as err:  # a missing file, a truncated one, another format: torch's reader says it many ways
+        why = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{model_path}: cannot be read as a checkpoint ({why[:200]})") from None
+    if not isinstance(checkpoint, dict) or checkpoint.get("algo") not in PAIRS or "args" not in checkpoint:
+        raise CheckpointError(f"{model_path}: not a checkpoint of this project (a script's --save-model writes one, "
+                              f"naming its family: {', '.join(PAIRS)})")
+    return checkpoint
+
+
 def load_policy(model_path: str, device: str | torch.device = "cpu"):
     """Rebuild the network that acts: returns (policy, the run's args as a dict, extra), where `extra`
     holds the observation-normalization statistics for continuous PPO and is None otherwise."""
-    return _load(torch.load(model_path, map_location=device, weights_only=True), device)
+    return _load(read_checkpoint(model_path, device), device)
 
 
 # per algorithm: the environment its policy is built for (from the run's saved args), the eager script's
@@ -112,7 +136,7 @@ def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: st
     ε = 0.05 (as CleanRL's evaluations do), continuous PPO with its mean action under the frozen training
     normalization; Atari PPO samples its actions (as in training); Atari DQN plays ε-greedily too; both count
     whole games. For the tests and benchmarks: a script plays its own trained policy with `play`."""
-    checkpoint = torch.load(model_path, map_location=device, weights_only=True)
+    checkpoint = read_checkpoint(model_path, device)
     policy, saved, obs_rms = _load(checkpoint, device)
     algo, module = checkpoint["algo"], load_script(PAIRS[checkpoint["algo"]])
 
@@ -142,3 +166,26 @@ def evaluate(model_path: str, eval_episodes: int = 10, seed: int = 0, device: st
         act = epsilon_greedy(lambda obs: policy(x(obs)).argmax(dim=1).cpu().numpy(),
                              lambda: np.array([env.single_action_space.sample()]), seed)
     return play(env, act, eval_episodes, seed, stats=module.EpisodeStats(1))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """python -m leanrl_utils.evals CHECKPOINT [--episodes N] [--seed S]: play a saved policy (`evaluate`)."""
+    import argparse
+
+    from leanrl_utils import harness
+
+    parser = argparse.ArgumentParser(prog="python -m leanrl_utils.evals", description=main.__doc__)
+    parser.add_argument("checkpoint", help="a checkpoint a script's --save-model wrote (runs/<run>/<script>.pt)")
+    parser.add_argument("--episodes", type=int, default=10, help="episodes to play (> 0)")
+    parser.add_argument("--seed", type=int, default=0, help="the environment's seed")
+    given = parser.parse_args(argv)
+    if given.episodes <= 0:
+        harness.fail(f"--episodes must be positive, got {given.episodes}")
+    try:
+        evaluate(given.checkpoint, given.episodes, given.seed)
+    except CheckpointError as err:
+        harness.fail(str(err))
+
+
+if __name__ == "__main__":
+    main()

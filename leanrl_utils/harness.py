@@ -37,6 +37,7 @@ run through it changes):
 """
 
 import atexit
+import dataclasses
 import logging
 import math
 import os
@@ -72,31 +73,109 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def check_ranges(args, positive=(), non_negative=(), unit=(), probabilities=()) -> None:
-    """The usual ranges, each flag named alone when it is out of its range, in the order given: `positive`
-    (> 0), `non_negative` (>= 0), `unit` (in [0, 1]: discounts, lambdas), `probabilities` (in [0, 1] too, said
-    as a probability). A script checks the rest of its ranges itself (see its check_args)."""
-    for name in [*positive, *non_negative]:
-        value = getattr(args, name)
-        if value < 0 or (value == 0 and name in positive):
-            fail(f"{flag(name)} must be {'positive' if name in positive else '>= 0'}, got {value}")
-    for name in unit:
-        if not 0.0 <= getattr(args, name) <= 1.0:
-            fail(f"{flag(name)} must be in [0, 1], got {getattr(args, name)}")
-    for name in probabilities:
-        if not 0.0 <= getattr(args, name) <= 1.0:
-            fail(f"{flag(name)} must be a probability, in [0, 1], got {getattr(args, name)}")
+# A flag's range, declared where its docstring ends (and shown by --help): "(> 0)", "(>= 0)", "(in [0, 1])",
+# "(in (0, 1])", a bound that is another flag ("(>= --batch-size)"), several joined by ", ", or "(computed)" for a
+# field the script fills in itself. Every int and float flag declares one; `check_declared` enforces them all.
+RANGE = re.compile(r" \(((?:in [\[(][^\])]+[\])]|[<>]=? [-\w.]+|computed)(?:, (?:in [\[(][^\])]+[\])]|[<>]=? [-\w.]+))*)\)$")
+CLAUSE = re.compile(r"in ([\[(])([^,]+), ([^\])]+)([\])])|([<>]=?) ([-\w.]+)")
+
+
+def field_docs(Args: type) -> dict[str, str]:
+    """Each field of `Args` and its one-line docstring (what --help shows)."""
+    import inspect
+
+    try:
+        source = inspect.getsource(Args)
+    except (OSError, TypeError):  # a class without a source file (made at run time): no docstrings to read
+        return {}
+    return dict(re.findall(r'^    (\w+):.*\n    """(.*?)"""', source, flags=re.M))
+
+
+def declared_ranges(Args: type) -> dict[str, list[str]]:
+    """Each field's declared range: its clauses ("> 0", "in [0, 1]", ">= --batch-size", "computed")."""
+    return {name: [c.group(0) for c in CLAUSE.finditer(m.group(1))] or [m.group(1)]
+            for name, doc in field_docs(Args).items() if (m := RANGE.search(doc))}
+
+
+def out_of_range(args, name: str, clause: str) -> str | None:
+    """What is wrong with the flag `name` against one clause of its range, in words; None where it is within."""
+    value = getattr(args, name)
+    if value is None:  # an optional flag left unset
+        return None
+    if clause == "computed":
+        default = next(f.default for f in dataclasses.fields(args) if f.name == name)
+        return None if value == default else f"{flag(name)} is computed by the script from other flags: leave it out"
+    m = CLAUSE.fullmatch(clause)
+    if m.group(1):  # an interval
+        low, high = float(m.group(2)), float(m.group(3))
+        inside = (low < value if m.group(1) == "(" else low <= value) and \
+                 (value < high if m.group(4) == ")" else value <= high)
+        return None if inside else f"{flag(name)} must be in {clause[3:]}, got {value}"
+    op, bound = m.group(5), m.group(6)
+    other = bound.startswith("--")
+    limit = getattr(args, bound[2:].replace("-", "_")) if other else float(bound)
+    if limit is None or {"<": value < limit, "<=": value <= limit, ">": value > limit, ">=": value >= limit}[op]:
+        return None
+    if other:
+        return f"{flag(name)} ({value}) must be {op} {bound} ({limit})"
+    return f"{flag(name)} must be {'positive' if (op, limit) == ('>', 0) else f'{op} {bound}'}, got {value}"
+
+
+def check_declared(args) -> None:
+    """Every flag against its declared range (RANGE), in the order of `Args`: the first flag out of its range is
+    named alone, in one line."""
+    for name, clauses in declared_ranges(type(args)).items():
+        for clause in clauses:
+            if (wrong := out_of_range(args, name, clause)) is not None:
+                fail(wrong)
 
 
 def check_common(args) -> None:
-    """What every script refuses before its own ranges: a float flag given as nan or inf (it would pass every
-    range check written as a comparison), and a seed that numpy and gymnasium refuse (they take 0 to 2**32 - 1)
-    only once the run has started."""
+    """What every script refuses before its own checks: a float flag given as nan or inf (it would pass every
+    range check written as a comparison), a seed that numpy and gymnasium refuse (they take 0 to 2**32 - 1) only
+    once the run has started, an experiment name that cannot name a run's folder, and every flag outside its
+    declared range (`check_declared`)."""
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             fail(f"{flag(name)} must be a finite number, got {value}")
     if hasattr(args, "seed") and not 0 <= args.seed < 2**32:
         fail(f"--seed must be in [0, 2**32 - 1] (numpy's and gymnasium's seeds), got {args.seed}")
+    name = getattr(args, "exp_name", "x")
+    if not name.strip() or any(c in name for c in "/\\\0") or len(name.encode()) > 200:
+        fail(f"--exp-name {name!r}: it names the run's folder: a name without '/', '\\' or NUL, of at most 200 bytes")
+    check_declared(args)
+
+
+def known_env_id(env_id: str, maker: str) -> None:
+    """Refuse, in one line and before any work, a task that `maker` ("gymnasium" or "envpool") does not know."""
+    if maker == "envpool":
+        import envpool
+
+        if env_id not in envpool.list_all_envs():
+            fail(f"--env-id {env_id!r}: envpool has no such environment (Atari ids look like Breakout-v5)")
+        return
+    import gymnasium as gym
+
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as err:
+        fail(f"--env-id {env_id!r}: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+
+
+def check_batches(args, batch: int, ranks: int = 1) -> None:
+    """An on-policy run's sizes against each other: the minibatches divide the `batch` of one iteration (each of
+    `ranks` processes collects one), and the step budget holds at least one iteration. A budget that is not a whole
+    number of iterations runs the whole ones only: one line says how many steps will run."""
+    if batch % args.num_minibatches != 0:
+        fail(f"--num-minibatches ({args.num_minibatches}) must divide the batch (--num-envs x --num-steps = {batch})")
+    whole = batch * ranks
+    if args.total_timesteps < whole:
+        fail(f"--total-timesteps ({args.total_timesteps}) is less than one batch (--num-envs x --num-steps"
+             + (f" x {ranks} ranks" if ranks > 1 else "") + f" = {whole})")
+    if args.total_timesteps % whole and int(os.environ.get("RANK", "0")) == 0:
+        iterations = args.total_timesteps // whole
+        print(f"{os.path.basename(sys.argv[0])}: --total-timesteps {args.total_timesteps} is not a whole number of "
+              f"batches of {whole}: {iterations} iterations, {iterations * whole} steps, will run", file=sys.stderr)
 
 
 def parse_args(Args: type, argv: list[str] | None = None):
@@ -105,10 +184,8 @@ def parse_args(Args: type, argv: list[str] | None = None):
     value tyro cannot read is named in tyro's own words, without its box. --help is tyro's."""
     import contextlib
     import difflib
-    import inspect
     import io
     import itertools
-    import re
 
     drawn = io.StringIO()
     try:
@@ -124,8 +201,7 @@ def parse_args(Args: type, argv: list[str] | None = None):
         given = unknown[0].split("=")[0]
         if not given.startswith("-"):
             fail(f"{given!r} is neither a flag nor a flag's value; --help lists the flags")
-        helps = {flag(name): text.lower().split()
-                 for name, text in re.findall(r'^    (\w+):.*\n    """(.*?)"""', inspect.getsource(Args), flags=re.M)}
+        helps = {flag(name): RANGE.sub("", text).lower().split() for name, text in field_docs(Args).items()}
         near = [name for name, words in helps.items() if all(w in words for w in given.lstrip("-").split("-"))]
         near += [name for name in difflib.get_close_matches(given, helps, n=3, cutoff=0.75) if name not in near]
         near = near[:3]
@@ -466,7 +542,7 @@ def check_writable(args) -> None:
         if os.path.exists(where) and not os.path.isdir(where):
             fail(f"{where}: the run writes its {folder} there, and it is a file, not a folder")
         try:
-            tempfile.TemporaryFile(dir=where if os.path.isdir(where) else os.path.dirname(where)).close()
+            tempfile.NamedTemporaryFile(dir=where if os.path.isdir(where) else os.path.dirname(where)).close()
         except OSError as err:
             fail(f"{where}: the run writes its {folder} there and cannot: {err.strerror or err}")
 

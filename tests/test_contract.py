@@ -66,6 +66,27 @@ def test_every_float_flag_refuses_a_negative_value(script, tmp_path):
         assert_user_error(run, flag)
 
 
+FAMILIES = sorted({s.removesuffix("_torchcompile").removesuffix("_jax") for s in CHECKED})
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_family_checks_its_flags_in_one_way(family):
+    """Every int and float flag declares its range where its docstring ends (--help shows it; the harness checks
+    it), and a family's scripts declare the same ranges and check the rest with the same check_args: one place
+    per family, copied into each script as the single-file rule asks."""
+    import inspect
+
+    scripts = [s for s in (family, f"{family}_torchcompile", f"{family}_jax") if s in CHECKED]
+    modules = {s: load_script(s) for s in scripts}
+    ranges = {s: harness.declared_ranges(m.Args) for s, m in modules.items()}
+    for s, m in modules.items():
+        numbers = [f.name for f in fields(m.Args) if re.search(r"\b(int|float)\b", str(f.type))
+                   and "list" not in str(f.type) and f.name != "seed"]
+        assert [n for n in numbers if n not in ranges[s]] == [], f"{s}: flags without a declared range"
+        assert ranges[s] == ranges[family], f"{s} declares other ranges than {family}"
+        assert inspect.getsource(m.check_args) == inspect.getsource(modules[family].check_args), s
+
+
 @pytest.mark.parametrize("script", ["sac_continuous_action_torchcompile", "td3_continuous_action_torchcompile"])
 def test_ctrl_c_inside_a_to_module_context(script, tmp_path):
     # tensordict's `to_module` context, which these scripts' critics run in, turns a KeyboardInterrupt raised in
@@ -90,6 +111,8 @@ def test_save_model_loads_back_and_acts(script, cached_run):
     models = list(run.run_dir.glob("*.pt"))
     assert len(models) == 1, list(run.run_dir.iterdir())
     assert len(run.values("eval/episodic_return")) == 2
+    said = [line for line in run.stdout.splitlines() if line.startswith("evaluation: ")]  # the returns, one line
+    assert len(said) == 1 and said[0].startswith("evaluation: 2 episodes, return "), run.stdout[-2000:]
     policy, saved_args = evals.load_policy(str(models[0]))[:2]
     args = short_run(script)
     assert saved_args["env_id"] == args[args.index("--env-id") + 1]

@@ -31,15 +31,19 @@ class Args:
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     total_timesteps: int = 1000
-    """total timesteps of the experiments"""
+    """total timesteps of the experiments (> 0, > --learning-starts)"""
     learning_rate: float = 3e-4
-    """the learning rate of the optimizer"""
+    """the learning rate of the optimizer (> 0)"""
     learning_starts: int = 100
-    """timestep to start learning"""
+    """timestep to start learning (>= 0)"""
     gamma: float = 0.99
-    """the discount factor gamma"""
+    """the discount factor gamma (in [0, 1])"""
     start_e: float = 1.0
-    """the starting epsilon for exploration"""
+    """the starting epsilon for exploration (in (0, 1])"""
+    target_kl: float | None = None
+    """the target KL divergence threshold (>= 0)"""
+    batch_size: int = 0
+    """the batch size (computed)"""
     cudagraphs: bool = False
     """whether to use CUDA graphs (needs CUDA)"""
 
@@ -108,19 +112,23 @@ def test_a_seed_numpy_would_refuse_is_refused_up_front(seed, capsys):
 
 @pytest.mark.parametrize("given,said", [
     (dict(total_timesteps=0), "--total-timesteps must be positive, got 0"),
+    (dict(total_timesteps=100), "--total-timesteps (100) must be > --learning-starts (100)"),
     (dict(learning_rate=-1e-4), "--learning-rate must be positive, got -0.0001"),
     (dict(learning_starts=-1), "--learning-starts must be >= 0, got -1"),
     (dict(gamma=1.5), "--gamma must be in [0, 1], got 1.5"),
-    (dict(start_e=-0.5), "--start-e must be a probability, in [0, 1], got -0.5"),
-    # the first flag out of range in the order given, each named alone
+    (dict(start_e=0.0), "--start-e must be in (0, 1], got 0.0"),
+    (dict(target_kl=-0.1), "--target-kl must be >= 0, got -0.1"),
+    (dict(batch_size=64), "--batch-size is computed by the script from other flags: leave it out"),
+    # the first flag out of its range in the order of Args, named alone
     (dict(total_timesteps=0, gamma=2.0), "--total-timesteps must be positive, got 0"),
 ])
 def test_ranges_name_the_one_flag_out_of_range(given, said, capsys):
-    args = Args(**given)
-    ranges = dict(positive=["total_timesteps", "learning_rate"], non_negative=["learning_starts"], unit=["gamma"],
-                  probabilities=["start_e"])
-    assert stopped(lambda: harness.check_ranges(args, **ranges), capsys) == (2, said)
-    harness.check_ranges(Args(learning_starts=0, gamma=0.0, start_e=1.0), **ranges)  # the bounds are in range
+    """Each flag's range is declared where its docstring ends (and --help shows it); the harness checks them
+    all, the first out of its range named alone, a bound that is another flag named with its value."""
+    assert stopped(lambda: harness.check_declared(Args(**given)), capsys) == (2, said)
+    harness.check_declared(Args(learning_starts=0, gamma=0.0, start_e=1.0, target_kl=0.0))  # bounds are in range
+    harness.check_declared(Args(target_kl=None))  # an optional flag left unset
+    assert harness.declared_ranges(Args)["total_timesteps"] == ["> 0", "> --learning-starts"]
 
 
 def test_the_threads_left_are_counted_in_one_unit():
@@ -427,7 +435,9 @@ def test_ctrl_c_keeps_what_was_logged(tmp_path):
     run = interrupt_script("dqn", *with_flag(spec.short, "--total-timesteps", "1000000"), cwd=tmp_path,
                            after_step=spec.interrupt_after)
     assert run.returncode == 130, run.stderr[-3000:]
-    assert "Traceback" not in run.stderr and "interrupted" in run.stderr
+    # the bar closed first: the line is a line of its own, and the last (the bar is not drawn again after it)
+    assert "Traceback" not in run.stderr and run.stderr.endswith("\ninterrupted; what was logged is kept in runs/\n"), \
+        run.stderr[-500:]
     assert run.values("charts/episodic_return") and any(tag.startswith("losses/") for tag in run.scalars)
 
 
@@ -527,3 +537,41 @@ def test_the_harness_says_all_it_does_to_a_run(tmp_path):
     listed = re.findall(r"^- (\w+): ", harness.__doc__.split("Everything it does to a run's process")[1], re.M)
     assert done["numerics"] == [], "the harness changed settings a reader of a pair should see in the scripts"
     assert sorted(listed) == done["touched"], (listed, done)
+
+
+LIBRARY_WARNINGS = r"""
+import warnings, sys
+import gymnasium as gym
+import mujoco
+from leanrl_utils import harness
+
+def main(args):
+    for _ in range(2):
+        gym.make("HalfCheetah-v4")
+    gym.vector.SyncVectorEnv([lambda: gym.make("HalfCheetah-v4")] * 2)
+    warnings.warn("a warning of another kind")
+    mujoco.get_mju_user_warning()("another of MuJoCo's warnings")
+
+class Args:
+    exp_name = "toy"
+    env_id = "HalfCheetah-v4"
+harness.parse_args = lambda Args, argv: Args()
+harness.run(main, Args)
+"""
+
+
+def test_the_mujoco_v4_warnings_are_said_once_and_others_stay(tmp_path):
+    """On a MuJoCo -v4 task, gymnasium's "out of date" warning and MuJoCo's settotalmass deprecation (once per
+    environment made) are left out and said once, in one line; every other warning still shows."""
+    import subprocess
+
+    from helpers import ENV
+
+    env = {k: v for k, v in ENV.items() if k != "PYTHONWARNINGS"}  # the user's default: warnings shown
+    out = subprocess.run([sys.executable, "-c", LIBRARY_WARNINGS], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    err = out.stderr
+    assert "is out of date" not in err and "compiler attribute 'settotalmass'" not in err, err
+    assert err.count("HalfCheetah-v4: the version CleanRL's and LeanRL's published figures use") == 1, err
+    assert "a warning of another kind" in err and "WARNING: another of MuJoCo's warnings" in err, err
