@@ -57,7 +57,7 @@ def measure(text: str) -> dict:
 def over(name: str, m: dict) -> list[str]:
     """The bars the page is over, one line each."""
     bars = dict(BARS, **(README_BARS if name == "README.md" else {}))
-    return [f"{name}: {key} {m[key]:.0%}" if key == "link bytes" else f"{name}: {key} {m[key]}"
+    return [f"{name}: {key} {m[key]:.1%}" if key == "link bytes" else f"{name}: {key} {m[key]}"
             for key, most in bars.items() if m[key] > most]
 
 
@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
     rows, problems = [], []
     for page in pages(root):
         name, m = page.relative_to(root).as_posix(), measure(page.read_text())
-        rows.append(f"| {name} | {m['link bytes']:.0%} | {m['longest line']} | {m['lines over 160']} | "
+        rows.append(f"| {name} | {m['link bytes']:.1%} | {m['longest line']} | {m['lines over 160']} | "
                     f"{m['lines over 200']} | {m['markers']} | {m['lines']} | {m['words']} |")
         problems += over(name, m)
     print("| page | bytes in links | longest line | lines over 160 | lines over 200 | inline markers | lines | words |")
