@@ -1,32 +1,18 @@
-"""Figures that cite their source where they stand.
+"""Figures that cite their source, checked against it, in pages that read raw (CONTRIBUTING.md: "Figures").
 
-Every measured number of the pages (README.md and docs/*.md; docs/quoted.md is a source, not a page) is a
-markdown link whose text is the number as the page shows it and whose target is the committed output that
-holds it, with a fragment that names the value (a fragment starting with '/' makes a link a citation):
+Every measured number of the pages (README.md, docs/*.md but the source quoted.md) comes from a committed output.
+A table cites once, "Source: [results.md](sac/results.md)" under it ("Sources:", several): a cell's n-th number is
+that of its source's cell in the same row, found by the page row's first cells (the first maybe the heading the
+source row is under), and column, the page's header (the source's, or its start). A number in a sentence is a
+reference link, [231.0][3], its definition's title naming the value: [3]: sac/results.md#heading "/row/col x100":
+a JSON pointer in a .json source; row/column or text[/n] (the n-th number after the text) in a markdown or text
+source; "~1" a '/' in a segment; "x100" the value's scale on the page. The anchor is the value's heading but a
+title. The page writes the value rounded to its digits (k and M: thousands, millions). Any other measurement fails
+unless a phrase holding it is listed in the page's last comment, "<!-- not figures:", a "phrase: why" a line. Not
+measurements: code, links' targets, comments, headings, a table's header row and first column, dates, versions,
+names (Zen 5, rule 7), set-up counts (2 cores), numbered items, numbers glued to letters (H100, 1e-4).
 
-    [231.0](<docs/speed/sac/results.md#/sac_continuous_action_torchcompile --compile/fps (median)>) fps
-    [7.08](docs/dqn_atari_buffer/results.json#/allocated_bytes "x1e-9") GB
-
-The fragment's segments are split at '/'; in a segment "~1" stands for '/' and "~0" for '~' (RFC 6901).
-- In a .json source it is a JSON pointer (RFC 6901).
-- In a markdown or text source it names a table's cell, [heading/]row/column: the row by its first cells (as
-  many as make it one row), the column by its header ("header@2": the second column of that header), the
-  heading (the nearest above the table, whole) only where the row is in two tables; or a number on a line
-  outside tables, [heading/]text: the first number after the text, which one line holds. A last segment n
-  takes the number n places further (0 is the first). Backticks, ** and links' targets are no part of a cell,
-  header, heading or line; a target with spaces is written <...>.
-The number shown is the value times the link's title where it has one ("x1000": seconds shown in ms, "x100":
-a fraction as a percentage, "x1e-9": bytes in GB, FLOP/s in GFLOP/s), rounded to the digits the page writes
-(k and M for thousands and millions; commas as written). Units and words stay outside the link: [2.17](...)x.
-
-A page's other numbers that the rule below calls measurements fail, unless declared right after the number,
-with why: `about -1250<!-- not a figure: a random policy's score, off a curve -->` (no "--" in the why: an
-HTML comment cannot hold it). Not measurements: code, links' targets, comments, headings, a table's header row
-and first column, dates, versions, names (Zen 5, rule 7, batch 64), the set-up's counts (2 cores, 3 seeds),
-numbered items, numbers glued to letters (HalfCheetah-v4, H100, 1e-4).
-
-    python -m leanrl_utils.cite --check [ROOT]   # one line per wrong citation or bare measurement; exit 1
-    python -m leanrl_utils.cite --write [ROOT]   # after a rerun: every cited number from its source
+    python -m leanrl_utils.cite --check | --write [ROOT]   # wrong citations and bare measurements | the fix
 """
 
 import json
@@ -36,10 +22,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 LINK = re.compile(r'\[([^\]\n]*)\]\((<(?:[^<>\n\\]|\\.)*>|[^\s()<>]+)(?:\s+"([^"\n]*)")?\)')
+REFERENCE = re.compile(r"\[([^\]\n]*)\]\[([^\]\n]+)\]")
+DEFINITION = re.compile(r'(?m)^ {0,3}\[([^\]\n]+)\]:[ \t]+(<(?:[^<>\n\\]|\\.)*>|\S+)(?:[ \t]+"([^"\n]*)")?[ \t]*$')
 SHOWN = re.compile(r"([-+]?)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?([kM]?)")
+FIGURE = re.compile(r"(?<![\w.])" + SHOWN.pattern + r"(?![\w.]*\d)")  # a number as a page's cell writes it
 NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?")  # a source's number; "104.5-113.7" is two
-DECLARED = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?[kM]?<!-- not a figure: \S(?:(?!--).)*-->")  # no -- in a comment
-SCALE = re.compile(r"x(\d+(?:\.\d+)?(?:e-?\d+)?)")
+TITLE = re.compile(r"(/.*?)(?: x(\d+(?:\.\d+)?(?:e-?\d+)?))?")
+DECLARED = re.compile(r"<!-- not figures:[^\n]*\n(.*?)-->\s*\Z", re.S)  # the page's last comment
 # what the rule says is not a measurement (blanked before the page's numbers are read)
 NAMED = r"(?:zen|family|model|rules?|seeds?|batch|batches|sections?|issue|pr|world size|rank|layer|v|version)"
 SETUP = (r"(?:cores?|threads?|observers?|actors?|process(?:es)?|GPUs?|CPUs?|bits?|sockets?|ranks?|seeds?|rounds?"
@@ -57,6 +46,8 @@ NOT_A_MEASUREMENT = [
     re.compile(r"(?i)\b" + NAMED + r"\s+\d+(?![.,]?\d)(?:(?:\s*(?:,|/|and|or|to)\s*)+\d+(?![.,]?\d))*"),  # a name
     re.compile(r"(?<![\w.])\d+(?:\s*(?:,|/|and|or)\s*\d+)*(?:-|\s+)" + SETUP + r"\b"),  # a count of the set-up
     re.compile(r"(?m)^\s*\d+\.\s"),  # a numbered item
+    re.compile(r"(?m)^#.*|^.*\n *\|[ \t|:-]+$"),  # a heading; a table's header row and rule
+    re.compile(r"(?m)^ *\|([^|\n]*)"),  # a table's first column
 ]
 # a unit glued to a number keeps it a figure (12ms, 1.71x); other letters make it a name (H100, 1faea4a)
 GLUED_UNIT = re.compile(r"(?:x|×|ms|µs|us|ns|s|fps|GB|MB|GiB|MiB|GHz|min|h)(?![\w/])")
@@ -67,80 +58,80 @@ def pages(root: Path = REPO) -> list[Path]:
 
 
 def plain(text: str) -> str:
-    """A cell, header, heading or line as a fragment names it: no markup, no thousands' commas."""
+    """A cell, header, heading or line as a title names it: no markup, no thousands' commas."""
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text).replace("`", "").replace("**", "")
     return " ".join(re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text).split())
 
 
-def numbers(text: str, start: int = 0) -> list[float]:
-    return [float(m.group()) for m in NUMBER.finditer(text) if m.start() >= start]
+def slug(heading: str) -> str:
+    """A heading's anchor, as GitHub makes it."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
 
 def markdown(text: str) -> tuple[list, list]:
-    """A markdown or text source's table cells, (heading, row, names of the column, cell), and its other lines,
-    (heading, line); the heading is the nearest above."""
-    cells, lines, heading, header = [], [], None, None
-    for line in text.splitlines():
+    """A markdown or text source's table cells, (heading, anchor, row, names of the column, cell, header), its other
+    lines, (heading, anchor, line); the heading is the nearest above, its anchor GitHub's ("" for a # title atop)."""
+    found, lines, heading, header, seen = [], [], (None, None), None, {}
+    for i, line in enumerate(text.splitlines()):
         if line.startswith("#"):
-            heading = plain(line.lstrip("#"))
+            name = plain(line.lstrip("#"))
+            seen[slug(name)] = seen.get(slug(name), -1) + 1  # a repeated heading's anchor: name-1, name-2, ...
+            anchor = slug(name) + f"-{seen[slug(name)]}" * bool(seen[slug(name)])
+            heading = (name, anchor if i or line[1] == "#" else "")
         if not line.lstrip().startswith("|"):
-            header = None
-            lines.append((heading, plain(line.lstrip("#"))))
+            header, _ = None, lines.append((*heading, plain(line.lstrip("#"))))
             continue
         row = [plain(c) for c in line.strip().strip("|").split("|")]
         if header is None:  # each column by its header, and as the n-th of its header
             header = [{h, f"{h}@{row[:i].count(h) + 1}"} for i, h in enumerate(row)]
         elif not re.fullmatch(r"[\s|:-]+", line):
-            cells += [(heading, row, names, cell) for names, cell in zip(header[1:], row[1:])]
-    return cells, lines
+            found += [(*heading, row, names, cell, header) for names, cell in zip(header[1:], row[1:])]
+    return found, lines
 
 
-def markdown_value(source: tuple[list, list], segments: list[str]) -> float:
-    """The number a fragment names in a markdown or text source (see the module's docstring)."""
-    (cells, lines), found = source, []
+def markdown_value(source: tuple[list, list], segments: list[str], anchor: str | None) -> tuple[float, str]:
+    """The number segments name in a markdown or text source, and its heading's anchor; anchor: only under it."""
+    (table, lines), found = source, []
     options = [(segments, 0)] + ([(segments[:-1], int(segments[-1]))] if segments[-1].isdigit() else [])
     for (*head, last), n in (o for o in options if o[0]):
-        # the row by its first cells, or by the table's heading and then its first cells
-        found += [numbers(cell)[n:n + 1] for heading, row, names, cell in cells if last in names and (
-            head and row[:len(head)] == head or head[:1] == [heading] and head[1:] and row[:len(head) - 1] == head[1:])]
-        found += [numbers(line, line.index(last) + len(last))[n:n + 1] for heading, line in lines
-                  if head in ([], [heading]) and last in line]
-    if len(found) != 1:
-        raise LookupError("no such cell or text" if not found else f"ambiguous: {len(found)} places")
-    if not found[0]:
-        raise LookupError("no number there")
-    return found[0][0]
+        # the column by its header (by its start where no header is it); the row by its first cells, or its heading's
+        found += [(NUMBER.findall(cell)[n:n + 1], a) for h, a, row, names, cell, header in table if anchor in (None, a)
+                  and (last in names or all(last not in x for x in header) and any(re.match(re.escape(
+                      last) + r"(?![\w@])", name) for name in names))
+                  and (head and row[:len(head)] == head or head[:1] == [h] and row[:len(head) - 1] == head[1:] != [])]
+        found += [(NUMBER.findall(line[line.index(last) + len(last):])[n:n + 1], a) for h, a, line in lines
+                  if not head and anchor in (None, a) and last in line]
+    if len(found) != 1 or not found[0][0]:
+        raise LookupError(f"ambiguous: {len(found)} places" if found[1:] else "no number there" if found else
+                          f"#{anchor}: no such heading" if anchor and anchor not in [a for _, a, _ in lines] else
+                          "no such cell or text")
+    return float(found[0][0][0]), found[0][1]
 
 
-def json_value(node, segments: list[str]) -> float:
-    for key in segments:
-        if isinstance(node, dict) and key in node:
-            node = node[key]
-        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-            node = node[int(key)]
-        else:
-            raise LookupError("no such key")
-    if isinstance(node, bool) or not isinstance(node, (int, float)):
-        raise LookupError("not a number")
-    return node
-
-
-def value_of(source: Path, fragment: str, read: dict) -> float:
-    """The value a citation names (read: the sources read so far, parsed)."""
-    if source not in read and not source.is_file():
-        raise LookupError("no such file")
+def value_of(source: Path, anchor: str | None, segments: list[str], read: dict) -> tuple[float, str]:
+    """The value segments name in a source (read: the sources read so far, parsed), and the anchor it is under."""
     if source not in read:
-        read[source] = (json.loads if source.suffix == ".json" else markdown)(source.read_text(errors="replace"))
-    segments = [s.replace("~1", "/").replace("~0", "~") for s in fragment[1:].split("/")]
-    return (json_value if source.suffix == ".json" else markdown_value)(read[source], segments)
+        read[source] = source.is_file() and (json.loads if source.suffix == ".json" else markdown)(source.read_text())
+    if read[source] is False:
+        raise LookupError("no such file")
+    if source.suffix != ".json":
+        return markdown_value(read[source], segments, anchor)
+    node = read[source]
+    for key in segments:
+        try:
+            node = node[int(key) if isinstance(node, list) and key.isdigit() else key]
+        except (KeyError, IndexError, TypeError):
+            raise LookupError("no such key") from None
+    if anchor or isinstance(node, bool) or not isinstance(node, (int, float)):
+        raise LookupError("a JSON file has no anchors" if anchor else "not a number")
+    return node, ""
 
 
 def written(shown: str) -> tuple[float, float]:
     """A number as a page writes it: its value and half its last digit."""
     sign, digits, decimals, suffix = SHOWN.fullmatch(shown).groups()
-    unit = {"k": 1e3, "M": 1e6}.get(suffix, 1)
-    value = float(sign + digits.replace(",", "") + "." + (decimals or "0")) * unit
-    return value, 0.5 * 10 ** -len(decimals or "") * unit
+    unit, decimals = {"k": 1e3, "M": 1e6}.get(suffix, 1), decimals or ""
+    return float(sign + digits.replace(",", "") + "." + (decimals or "0")) * unit, 0.5 * 10 ** -len(decimals) * unit
 
 
 def rewrite(value: float, like: str) -> str:
@@ -150,33 +141,26 @@ def rewrite(value: float, like: str) -> str:
     return ("+" if sign == "+" and value >= 0 else "") + text + suffix
 
 
-def blank(match: re.Match, group: int = 0) -> str:
-    """The match's text (or of its group) as spaces, its newlines kept: offsets and line numbers stay."""
-    text, (start, end) = match.group(), match.span(group) if match.group(group) else match.span()
-    start, end = start - match.start(), end - match.start()
-    return text[:start] + re.sub(r"[^\n]", " ", text[start:end]) + text[end:]
+def blank(match: re.Match) -> str:
+    """The match's text as spaces, its newlines kept: offsets and line numbers stay."""
+    return re.sub(r"[^\n]", " ", match.group())
 
 
-def bare(text: str) -> list[tuple[int, str]]:
-    """(line number, number) of each measurement of a page that no citation or declaration holds."""
-    text = re.sub(r"```.*?```", blank, text, flags=re.S)
-    lines, in_table = [], False
-    for line in text.split("\n"):  # headings, a table's rule and header row and its first column
-        table = line.lstrip().startswith("|")
-        if line.startswith("#") or table and (not in_table or re.fullmatch(r"[\s|:-]+", line)):
-            line = " " * len(line)
-        elif table:
-            line = re.sub(r"^(\s*\|)([^|]*)", lambda m: m.group(1) + " " * len(m.group(2)), line)
-        lines.append(line)
-        in_table = table
-    text = "\n".join(lines)
-    text = LINK.sub(lambda m: blank(m) if "#/" in m.group(2) else m.group(), text)  # the citations
-    text = DECLARED.sub(blank, text)
-    for pattern in NOT_A_MEASUREMENT:
-        text = pattern.sub(lambda m: blank(m, 1 if pattern.groups else 0), text)
+def bare(text: str, cited: list = ()) -> list[tuple[int, str]]:
+    """(line, why) of each measurement that no citation (cited: spans) or listed phrase holds; of each lost phrase."""
+    for start, end in [*cited, *(m.span() for m in re.finditer(r"```.*?```", text, re.S))]:
+        text = text[:start] + re.sub(r"[^\n]", " ", text[start:end]) + text[end:]
+    listed = DECLARED.search(text)
+    phrases = [p.split(":")[0].split() for p in listed.group(1).splitlines() if p.strip()] if listed else []
+    patterns = [re.compile(r"\s+".join(map(re.escape, phrase))) for phrase in phrases]
+    found = [(text.count("\n", 0, listed.start()) + 1, f"'{' '.join(phrase)}' is listed, not on the page")
+             for phrase, pattern in zip(phrases, patterns) if not pattern.search(text, 0, listed.start())]
+    for m in [m for pattern in patterns for m in pattern.finditer(text, 0, listed.start())]:
+        text = text[:m.start()] + blank(m) + text[m.end():]
+    for pattern in [DEFINITION, *NOT_A_MEASUREMENT]:  # a reference's definition, and what the rule names
+        text = pattern.sub(blank, text)
     # a range's dash ("65-76%", "31 µs-2.11 ms") is no sign and glues nothing
     text = re.sub(r"(?<=\d)((?:[ \t]?(?:µs|us|ns|ms|s|%|x|fps|GB|MB))?)-(?=\d)", "\\1–", text)
-    found = []
     for m in re.finditer(r"\d[\d,]*(?:\.\d+)?", text):
         number = m.group().rstrip(",")
         before, after = text[max(m.start() - 2, 0):m.start()].rjust(2), text[m.start() + len(number):]
@@ -185,63 +169,79 @@ def bare(text: str) -> list[tuple[int, str]]:
         after = after[1:] if re.match(r"[kKM](?![A-Za-z\d])", after) else after
         if re.match(r"[A-Za-z\d]|\.\d|,\d", after) and not GLUED_UNIT.match(after):
             continue  # glued to what follows: 1faea4a, 2nd, 3e-2
-        found.append((text.count("\n", 0, m.start()) + 1, number))
-    return found
+        found.append((text.count("\n", 0, m.start()) + 1, f"{number} stands bare: cite its source, or list it"))
+    return sorted(found, key=lambda f: f[0])
 
 
 def check_page(root: Path, page: Path, read: dict, write: bool = False) -> list[str]:
-    """One line per wrong citation and per bare measurement of the page; write: each cited number that is not
-    its source's value is rewritten from it, and the page saved."""
-    text, problems = page.read_text(), []
-    where = page.relative_to(root)
+    """One line per wrong citation and bare measurement of the page; write: cited numbers rewritten from sources."""
+    text, where, problems, edits, cited = page.read_text(), page.relative_to(root), [], [], []  # edits, cited: spans
+    defined = {m.group(1).lower(): (m.group(2), m.group(3)) for m in DEFINITION.finditer(text)}
 
-    def cite(m: re.Match) -> str:
-        shown, target, title = m.group(1), m.group(2), m.group(3)
-        target = re.sub(r"\\(.)", r"\1", target[1:-1] if target.startswith("<") else target)
-        path, _, fragment = target.partition("#")
-        if not fragment.startswith("/"):
-            return m.group()
-        line = text.count("\n", 0, m.start()) + 1
-        source = (page.parent / path).resolve()
-        name = f"{source.relative_to(root) if source.is_relative_to(root) else path}#{fragment}"
-        scale = SCALE.fullmatch(title or "x1")
-        if not SHOWN.fullmatch(shown) or not scale:
-            problems.append(f"{where}:{line}: [{shown}]({name}): " + (
-                f'its title "{title}" is no scale such as "x1000"' if not scale else "its text is no number"))
-            return m.group()
+    def source(target: str) -> tuple[Path, str | None, str]:
+        path, _, anchor = re.sub(r"\\(.)", r"\1", target.strip("<>")).partition("#")
+        return (page.parent / path).resolve(), anchor or None, target.strip("<>")
+
+    def compare(shown: str, start: int, sources: list, candidates: list, scale: float = 0.0):
+        """shown against the first candidate (segments, shown is their value) one source holds; scale: a sentence's."""
+        line, why = text.count("\n", 0, start) + 1, "no row of its sources is this one alone"
         try:
-            value = value_of(source, fragment, read) * float(scale.group(1))
-        except (LookupError, ValueError) as why:
-            problems.append(f"{where}:{line}: {name}: {why}")
-            return m.group()
-        number, half = written(shown)
-        if abs(number - value) <= half * (1 + 1e-9) + 1e-12:
-            return m.group()
-        if write:
-            return m.group().replace(f"[{shown}]", f"[{rewrite(value, shown)}]", 1)
-        problems.append(f"{where}:{line}: {shown} is not its source's {rewrite(value, shown)} ({name})")
-        return m.group()
+            for segments, figure in candidates:
+                hits, located = [], "/".join(segments)
+                for path, anchor, name in sources:
+                    try:
+                        hits.append((*value_of(path, anchor, segments, read), anchor, name))
+                    except LookupError as e:
+                        why = str(e)
+                if len(hits) == 1:
+                    break
+            else:
+                raise LookupError(why)
+            value, under, anchor, name = hits[0]
+            if under and not anchor and scale:
+                raise LookupError(f"its link lands at the file's top: add #{under}")
+            if figure and abs(written(shown)[0] - value * (scale or 1)) > written(shown)[1] * (1 + 1e-9) + 1e-12:
+                edits.append((start, start + len(shown), rewrite(value * (scale or 1), shown)))
+                problems.append(f"{where}:{line}: {shown} is not its source's {edits[-1][2]} ({name} \"/{located}\")")
+        except (LookupError, ValueError) as why:  # named by its sources and its last candidate
+            problems.append(f'{where}:{line}: {shown}: {", ".join(s[2] for s in sources)} "/{located}": {why}')
 
-    new = LINK.sub(cite, text)
-    if write and new != text:
-        page.write_text(new)
-    problems += [f"{where}:{line}: {number} stands bare: cite its source, [{number}](path#/key), or declare it, "
-                 f"{number}<!-- not a figure: why -->" for line, number in bare(text)]
-    return problems
+    for m in REFERENCE.finditer(text):  # the numbers of sentences
+        target, title = defined.get(m.group(2).lower(), ("", None))
+        if (title or "").startswith("/"):
+            cited.append(m.span())
+            locator = TITLE.fullmatch(title)
+            segments = [s.replace("~1", "/").replace("~0", "~") for s in locator.group(1)[1:].split("/")]
+            compare(m.group(1), m.start() + 1, [source(target)], [(segments, True)], float(locator.group(2) or 1))
+    for t in re.finditer(r"(?m)^((?: *\|.*\n)+)\n*(Sources?:.*(?:\n.+)*)", text):  # the tables that cite once
+        sources, rows = [source(m.group(2)) for m in LINK.finditer(t.group(2))], list(re.finditer(r".+", t.group(1)))
+        header = [plain(c) for c in rows[0].group().strip().strip("|").split("|")]
+        header = [h if header.count(h) == 1 else f"{h}@{header[:c].count(h) + 1}" for c, h in enumerate(header)]
+        for m in rows[2:]:
+            start, row = t.start(1) + m.start(), [plain(c) for c in m.group().strip().strip("|").split("|")]
+            bars = [start + b.start() for b in re.finditer(r"\|", m.group())]
+            cited.append((start, start + len(m.group())))
+            for c in range(1, min(len(row), len(bars) - 1, len(header))):
+                raw = re.sub(r"`[^`]*`", lambda m: " " * len(m.group()), text[bars[c] + 1:bars[c + 1]])
+                for n, f in enumerate(FIGURE.finditer(raw) if "](" not in raw and "][" not in raw else []):
+                    compare(f.group(), bars[c] + 1 + f.start(), sources, [
+                        (row[:k] + [header[c]] + [str(n)] * (n > 0), k <= c) for k in range(1, len(row))])
+    problems += [f"{where}:{line}: {why}" for line, why in bare(text, cited)]
+    if write and edits:
+        for start, end, new in sorted(edits, reverse=True):
+            text = text[:start] + new + text[end:]
+        page.write_text(text)
+    return [p for p in problems if not write or " is not its source's " not in p]
 
 
-def check(root: Path = REPO, write: bool = False) -> list[str]:
-    read = {}
-    return [p for page in pages(root) for p in check_page(root, page, read, write)]
+def check(root: Path = REPO, write: bool = False) -> list[str]:  # read: the sources, parsed once for all pages
+    return [p for read in [{}] for page in pages(root) for p in check_page(root, page, read, write)]
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("--check", "--write") or len(argv) > 2:
-        print("usage: python -m leanrl_utils.cite --check | --write [ROOT]", file=sys.stderr)
-        return 2
-    root = Path(argv[1]).resolve() if len(argv) > 1 else REPO
-    if not (root / "README.md").is_file():
-        print(f"{root}: no README.md, not the repository's root", file=sys.stderr)
+    root = Path(argv[1]).resolve() if len(argv) == 2 else REPO
+    if not argv or argv[0] not in ("--check", "--write") or len(argv) > 2 or not (root / "README.md").is_file():
+        print("usage: python -m leanrl_utils.cite --check | --write [the repository's root]", file=sys.stderr)
         return 2
     problems = check(root, write=argv[0] == "--write")
     print("\n".join(problems) or "every figure is its source's value")
