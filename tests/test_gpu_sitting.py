@@ -423,7 +423,8 @@ def test_the_before_plan_rehearsed(copy, tmp_path):
 def test_a_plan_whose_bundle_lacks_its_part_says_so(plan, said, copy, tmp_path):
     """The leanrl and before plans with a bundle built without --leanrl or --before: the part says in one line how to
     build the bundle, runs nothing, and the command ends within the limits."""
-    proc, wall = rehearse(copy, f'bash benchmarks/gpu.sh "$OUT" --plan {plan}', tmp_path / "out", 30, os.environ["PATH"])
+    command = f'bash benchmarks/gpu.sh "$OUT" --plan {plan}'
+    proc, wall = rehearse(copy, command, tmp_path / "out", 30, os.environ["PATH"])
     files = assert_comes_back(tmp_path / "out", proc, wall, 30)
     assert set(files) == {"console.log", "sitting.log", "machine.json"}, sorted(files)
     assert re.search(r"^\d\d:\d\d:\d\d " + re.escape(said), files["sitting.log"].read_text(), re.M), \
@@ -444,7 +445,8 @@ def test_a_broken_bundle_stops_the_command_in_one_line(copy, tmp_path):
 @pytest.mark.parametrize("args,said", [
     (["--plan", "headline", "--pairs", "sac,ppo"], "benchmarks.gpu: --pairs: no such pair 'ppo'; the pairs are "),
     (["--plan", "nope"], "benchmarks.gpu: argument --plan: invalid choice: 'nope'"),
-    (["--plan", "leanrl", "--pairs", "sac,dqn"], "benchmarks.gpu: --pairs: the leanrl part has no pair 'dqn'; its pairs "),
+    (["--plan", "leanrl", "--pairs", "sac,dqn"],
+     "benchmarks.gpu: --pairs: the leanrl part has no pair 'dqn'; its pairs are "),
     (["--plan", "modes", "--resume", "docs/gpu/nowhere"], "gpu.sh: --resume docs/gpu/nowhere: no such folder"),
     (["--budget", "0"], "benchmarks.gpu: --budget must be positive"),
 ])
@@ -551,3 +553,20 @@ def test_the_bundle_check_adds_up_what_travels_and_fails_above_its_limit(tmp_pat
                           env={**os.environ, "GPU_TRAVEL_LIMIT_MIB": str(int(total))})
     assert over.returncode == 1 and over.stderr == f"gpu_bundle: {total} MiB would travel, over {int(total)} MiB: " \
         "cut the bundle or the tree\n", over.stderr
+
+
+@pytest.mark.parametrize("args,said", [
+    (["--leanrl", "nowhere"], "gpu_bundle: --leanrl {repo}/nowhere: not a LeanRL checkout (no leanrl/ folder)"),
+    (["--before", "0000000"], "gpu_bundle: --before 0000000: no such commit here"),
+    (["--check", "--leanrl", "."],
+     "usage: bash benchmarks/gpu_bundle.sh [--check] [--leanrl CHECKOUT] [--before COMMIT] [OUT_DIR]"),
+])
+def test_a_mistake_in_the_bundles_options_is_one_line(args, said, tmp_path):
+    """benchmarks/gpu_bundle.sh refuses a LeanRL that is no checkout, a commit it does not have, and the check with a
+    build's options, in one line, exit code 2, before it downloads anything."""
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout: the bundle script reads commits with git")
+    proc = subprocess.run(["bash", "benchmarks/gpu_bundle.sh", *args, str(tmp_path / "bundle")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [said.format(repo=REPO)], proc.stderr
+    assert not (tmp_path / "bundle").exists()
