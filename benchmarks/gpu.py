@@ -4,6 +4,7 @@ how each command is called).
 
     bash benchmarks/gpu.sh OUT --plan check                                  # a sitting's first command
     bash benchmarks/gpu.sh OUT --plan headline --resume docs/gpu/<sitting>   # a later one, from the folder committed
+    bash benchmarks/gpu.sh OUT --plan leanrl --resume docs/gpu/<sitting>     # LeanRL beside ours (docs/vs_leanrl.md)
     python -m benchmarks.gpu --plans                                         # the plans: parts, sizes and budgets
     python -m benchmarks.gpu --summary FOLDER                                # FOLDER/speed.md again from speed.json
 
@@ -29,14 +30,25 @@ The plan (--plan; its flags can be given one by one) picks the parts, in this or
   every round so far). A round starts only if its runs' expected time fits in what is left (Sitting.expected: the
   pair's own last runs, else the other pairs' on this GPU, else FIRST_GUESS); a round that a run leaves unfinished at
   the budget's end is not recorded;
+- leanrl: rounds as the speed part's of our `--compile --cudagraphs` beside LeanRL's own optimized script in its
+  `--compile --cudagraphs` and eager modes (LEANRL_PAIRS), LeanRL fixed only to run and carried in the bundle's
+  leanrl/ (benchmarks/gpu_bundle.sh --leanrl; benchmarks/vs_leanrl_fixes.py), its fps read from the speed values it
+  logs to a stand-in for wandb (leanrl.json: every run, LeanRL's logged values, its commit and fixes; leanrl.md);
+- before: rounds of our `--compile --cudagraphs` beside the same at the commit of the bundle's before/
+  (benchmarks/gpu_bundle.sh --before COMMIT: that commit's leanrl/ and leanrl_utils/) (before.json, before.md);
 - learn: the main job learning HalfCheetah-v4 for --learn-steps, then the eager script for as long, stopped with a
   Ctrl-C (which keeps its logs) unless it ended first (learning.json: both runs' raw scalars);
-- limits: the GPU limit study (benchmarks/gpu_limits.py) into OUT/limits, in what is left of the budget.
+- limits: the GPU limit study (benchmarks/gpu_limits.py) into OUT/limits, in what is left of the budget, of
+  --limits-pairs in --limits-modes (default: the study's own).
+Our SAC and TD3 compile their updates with an inductor setting of their own on CUDA with torch before 2.12
+(harness.inductor_options); the scripts that do not (LeanRL's, ours at an earlier commit) get it by its environment
+variable where ours take it (inductor_env): the same compiler on both sides.
 A part, a round or a run that would not fit is left for the next command, and sitting.log says so; a command with the
 same plan and --resume takes it up. The budget counts from benchmarks/gpu.sh's start (LEANRL_SITTING_START): the
 bundle's install and every process's imports count. --tiny runs the same plan at sizes a CPU runs in seconds, without
---compile (tiny_flags; tests/test_gpu_sitting.py rehearses every command of docs/gpu.md so, with CUDA hidden and no
-git). A mistake in the flags stops a command in one line, exit code 2; OUT breaking the machine's limits, exit code 1.
+--compile (tiny_flags; tests/test_gpu_sitting.py rehearses every command of docs/gpu.md and docs/vs_leanrl.md so, and
+the atari_split and before plans, with CUDA hidden and no git). A mistake in the flags stops a command in one line, exit
+code 2; OUT breaking the machine's limits, exit code 1.
 """
 
 import argparse
@@ -54,6 +66,7 @@ from pathlib import Path
 
 from benchmarks.common import REPO, command_line
 from benchmarks.sps import kill_group, run_once, verdict
+from benchmarks.vs_leanrl import fixes_applied, standin_speeds, window_fps
 from leanrl_utils.events import read_run
 from leanrl_utils.machine import commit, describe_machine, machine_id
 
@@ -85,12 +98,19 @@ MODES = {
     "cudagraphs": ("--cudagraphs", "_torchcompile", ["--cudagraphs"]),
     "compile+cudagraphs": ("--compile --cudagraphs", "_torchcompile", ["--compile", "--cudagraphs"]),
     "jax": ("JAX", "_jax", []),
+    # beside ours: LeanRL's optimized script, from the bundle's leanrl/ (the leanrl part), its eager mode being that
+    # script without a flag; and ours at the commit of the bundle's before/ (the before part)
+    "leanrl": ("LeanRL `--compile --cudagraphs`", "_torchcompile", ["--compile", "--cudagraphs"]),
+    "leanrl_eager": ("LeanRL eager", "_torchcompile", []),
+    "before": ("the earlier commit's `--compile --cudagraphs`", "_torchcompile", ["--compile", "--cudagraphs"]),
 }
 # seconds a run is expected to take on the GPU machine, from its process's start to its end, until the sitting has
 # timed such runs there (Sitting.expected): guessed from the speed runs' sizes, LeanRL's published fps and the first
 # trial's GPU test run (every mode of every pair compiling at once); the first sitting's times replace them
-FIRST_GUESS = {"eager": 20.0, "none": 25.0, "cudagraphs": 30.0, "jax": 30.0, "compile": 55.0, "compile+cudagraphs": 60.0}
-TINY_GUESS = {"eager": 10.0, "none": 12.0, "cudagraphs": 12.0, "jax": 20.0, "compile": 12.0, "compile+cudagraphs": 12.0}
+FIRST_GUESS = {"eager": 20.0, "none": 25.0, "cudagraphs": 30.0, "jax": 30.0, "compile": 55.0, "compile+cudagraphs": 60.0,
+               "leanrl": 60.0, "leanrl_eager": 40.0, "before": 60.0}
+TINY_GUESS = {"eager": 10.0, "none": 12.0, "cudagraphs": 12.0, "jax": 20.0, "compile": 12.0, "compile+cudagraphs": 12.0,
+              "leanrl": 15.0, "leanrl_eager": 15.0, "before": 12.0}
 MAIN_JOB = ["sac_continuous_action_torchcompile", "--compile", "--cudagraphs"]
 MAIN_TASK: list[str] = []  # the README's main job runs on its default task
 LEARN_TASK = ["--env-id", "HalfCheetah-v4"]  # that task, said for the learning run and its eager twin
@@ -101,6 +121,32 @@ MARGIN = 5.0  # seconds kept at the budget's end, to write the files
 # LeanRL's published fps on one H100 (docs/quoted.md, its README at commit 8dbb633), beside the table
 LEANRL_H100 = {"sac": (130, 255, 725), "td3": (247, 272, 936), "ppo_continuous": (683, 908, 1774),
                "ppo_atari": (3728, 3841, 6809)}
+
+# the leanrl part: our `--compile --cudagraphs` beside LeanRL's own optimized script (github.com/pytorch-labs/LeanRL,
+# fixed only to run by benchmarks/vs_leanrl_fixes.py) in its `--compile --cudagraphs` and eager modes, same task and
+# steps, each side's fps read from its own logs. LeanRL logs its speed at some steps only, counted from its burn-in:
+# the steps are the fewest that give it a window past that (continuous PPO: its first log, 10 iterations in; Atari PPO:
+# its second, the first window holding the burn-in), and ours match. As PAIRS; PPO Atari first, the pair LeanRL is
+# known for
+LEANRL_PAIRS = {
+    "ppo_atari": ("ppo_atari_envpool", "Breakout-v5", 20480, PAIRS["ppo_atari"][3]),
+    "sac": ("sac_continuous_action", "HalfCheetah-v4", 8000, PAIRS["sac"][3]),
+    "td3": ("td3_continuous_action", "HalfCheetah-v4", 8000, PAIRS["td3"][3]),
+    "ppo_continuous": ("ppo_continuous_action", "HalfCheetah-v4", 20480, PAIRS["ppo_continuous"][3]),
+}
+TINY_LEANRL_PAIRS = {
+    "ppo_atari": ("ppo_atari_envpool", "Breakout-v5", 1280, TINY_PAIRS["ppo_atari"][3]),
+    "sac": ("sac_continuous_action", "Pendulum-v1", 500, TINY_PAIRS["sac"][3]),
+    "td3": ("td3_continuous_action", "Pendulum-v1", 500, TINY_PAIRS["td3"][3]),
+    "ppo_continuous": ("ppo_continuous_action", "Pendulum-v1", 2560, TINY_PAIRS["ppo_continuous"][3]),
+}
+# where LeanRL's speed values are read (benchmarks/vs_leanrl.window_fps): S0, the step its cumulative speed counts from
+# (its learning start plus its 3 burn-in steps; continuous PPO's third iteration; None for Atari PPO, which logs the
+# speed of its last 10 iterations), and the window's first step (None: S0)
+LEANRL_READ = {"ppo_atari": (None, None), "sac": (5003, 6000), "td3": (5003, 6000), "ppo_continuous": (4096, None)}
+TINY_LEANRL_READ = {"ppo_atari": (None, None), "sac": (203, 300), "td3": (203, 300), "ppo_continuous": (512, None)}
+OURS_ALONE = ["--measure-after"]  # our flags that LeanRL's scripts lack: the others are the same on both sides
+BUNDLE = REPO / ".whl"  # the carried bundle (benchmarks/gpu_bundle.sh): its leanrl/ and before/ serve two parts
 
 HEADLINE = dict(pairs="sac,td3,ppo_continuous,ppo_atari", modes="eager,compile+cudagraphs,jax")
 # each plan is one command (docs/gpu.md gives them in order, with the run's time limit): its parts, what they run, and
@@ -115,9 +161,17 @@ PLANS = {
     "rounds": dict(parts="speed", **HEADLINE, rounds=3, budget=540.0),
     "learn": dict(parts="learn", budget=540.0),
     "limits": dict(parts="limits", budget=540.0),
+    # issue 60's: LeanRL beside ours (the bundle built with --leanrl), a sitting's first command; the limit study of
+    # PPO Atari alone, its second; two commits of ours side by side (the bundle built with --before), a later one
+    "leanrl": dict(parts="leanrl", pairs=",".join(LEANRL_PAIRS), rounds=1, budget=530.0),
+    "atari_split": dict(parts="limits", limits_pairs="ppo_atari", limits_modes="compile+cudagraphs,eager,jax",
+                        budget=180.0),
+    "before": dict(parts="before", pairs="sac,td3", rounds=1, budget=240.0),
 }
-DEFAULTS = dict(parts="tests,main,speed", pairs=",".join(PAIRS), modes=",".join(MODES), rounds=1, budget=540.0)
-PARTS = ["tests", "main", "speed", "learn", "limits"]
+BESIDE = ["leanrl", "leanrl_eager", "before"]  # the modes that run others' scripts: not by default
+DEFAULTS = dict(parts="tests,main,speed", pairs=",".join(PAIRS), modes=",".join(m for m in MODES if m not in BESIDE),
+                rounds=1, budget=540.0)
+PARTS = ["tests", "main", "speed", "leanrl", "before", "learn", "limits"]
 
 
 def config(pair: str, mode: str, tiny: bool = False) -> str:
@@ -147,6 +201,7 @@ class Sitting:
         self.env = {k: v for k, v in os.environ.items() if k != "MUJOCO_GL"}  # headless MuJoCo needs no GL here
         self.machine, self.gpu = machine_id(), "unknown"
         self.pairs, self.guess = (TINY_PAIRS, TINY_GUESS) if tiny else (PAIRS, FIRST_GUESS)
+        self.leanrl_site: Path | None = None  # where torchrl is installed for LeanRL's runs (the leanrl part)
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -301,17 +356,29 @@ def main_job(sitting: Sitting, steps: int) -> None:
 
 
 def speed(sitting: Sitting, pairs: list[str], modes: list[str], rounds: int) -> int:
-    """Rounds of the pairs in these modes until each pair has `rounds` rounds that measured them all, resumed from
-    speed.json; a round runs a pair's modes back to back, on this machine, and is recorded only whole. Returns the
-    rounds left for a later command."""
-    path = sitting.file("speed.json")
+    """The speed table: rounds of the pairs in these modes (measured_rounds), into speed.json and speed.md."""
+    return measured_rounds(sitting, "speed", sitting.pairs, pairs, modes, rounds, speed_table)
+
+
+def measured_rounds(sitting: Sitting, part: str, table: dict, pairs: list[str], modes: list[str], rounds: int,
+                    render, about: dict | None = None) -> int:
+    """Rounds of the pairs (their task, steps and flags from `table`, as PAIRS) in these modes until each pair has
+    `rounds` rounds that measured them all, resumed from <part>.json; a round runs a pair's modes back to back, on this
+    machine, and is recorded only whole. `about` (what ran beside ours) is kept in the file's head, which it must match
+    where the file has one. Writes <part>.json and <part>.md (`render` of the data). Returns the rounds left for a
+    later command."""
+    path = sitting.file(f"{part}.json")
     data = json.loads(path.read_text()) if path.exists() else {"pairs": {}}
+    for key, value in (about or {}).items():
+        if data.setdefault(key, value) != value:
+            raise SystemExit(f"{part}: {path.name} holds rounds of another {key} ({data[key]}), not this bundle's "
+                             f"({value}): give this sitting another folder")
     left, cut, skipped = 0, False, set()
     labels = ", ".join(MODES[m][0] for m in modes)
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(rounds):
             for pair in pairs:
-                _, env_id, steps, flags = sitting.pairs[pair]
+                _, env_id, steps, flags = table[pair]
                 entry = data["pairs"].setdefault(pair, {"env_id": env_id, "steps": steps, "args": flags, "rounds": []})
                 done = [r for r in entry["rounds"] if set(modes) <= set(r["runs"])]
                 if len(done) > rnd:  # measured by an earlier command of this sitting
@@ -323,25 +390,25 @@ def speed(sitting: Sitting, pairs: list[str], modes: list[str], rounds: int) -> 
                     skipped.add(pair)
                     left += rounds - len(done)
                     which = f"round {len(done) + 1}" if rounds - len(done) == 1 else f"rounds {len(done) + 1}-{rounds}"
-                    sitting.log(f"speed: {pair} {which} ({labels}): left for the next command, "
+                    sitting.log(f"{part}: {pair} {which} ({labels}): left for the next command, "
                                 f"{max(0.0, sitting.left()):.0f} s left, ~{expected:.0f} s needed")
                     continue
                 record = {"machine": sitting.machine, "gpu": sitting.gpu,
                           "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "runs": {}}
                 for mode in modes:
                     try:
-                        r = run_once(config(pair, mode, sitting.tiny), shlex.split(flags), steps, env_id, Path(tmp),
-                                     env=sitting.env, timeout=max(1.0, sitting.left() - MARGIN))
-                        sitting.log(f"speed: {pair} round {len(done) + 1} {MODES[mode][0]}: {r['sps']:.1f} fps, "
-                                    f"warm-up {r['warmup']:.1f} s, {r['wall']:.0f} s")
+                        r = run_mode(sitting, table, pair, mode, Path(tmp), timeout=max(1.0, sitting.left() - MARGIN))
+                        warmup = f"warm-up {r['warmup']:.1f} s, " if "warmup" in r else ""
+                        sitting.log(f"{part}: {pair} round {len(done) + 1} {MODES[mode][0]}: {r['sps']:.1f} fps, "
+                                    f"{warmup}{r['wall']:.0f} s")
                     except subprocess.TimeoutExpired:
                         cut = True
-                        sitting.log(f"speed: {pair} round {len(done) + 1} {MODES[mode][0]}: cut short at the "
+                        sitting.log(f"{part}: {pair} round {len(done) + 1} {MODES[mode][0]}: cut short at the "
                                     "budget's end; the round is not recorded")
                         break
                     except SystemExit as failure:
                         r = {"error": str(failure)[-1500:]}
-                        sitting.log(f"speed: {pair} {MODES[mode][0]}: failed: {str(failure).splitlines()[0]}")
+                        sitting.log(f"{part}: {pair} {MODES[mode][0]}: failed: {str(failure).splitlines()[0]}")
                     record["runs"][mode] = r
                 if cut:
                     left += 1
@@ -349,8 +416,154 @@ def speed(sitting: Sitting, pairs: list[str], modes: list[str], rounds: int) -> 
                 entry["rounds"].append(record)
                 path.write_text(json.dumps(data, indent=1) + "\n")
     path.write_text(json.dumps(data, indent=1) + "\n")
-    sitting.file("speed.md").write_text(speed_table(data) + "\n")
+    sitting.file(f"{part}.md").write_text(render(data) + "\n")
     return left
+
+
+def run_mode(sitting: Sitting, table: dict, pair: str, mode: str, workdir: Path, timeout: float) -> dict:
+    """One run of a pair in a mode: its fps (`sps`) and wall time; ours with their warm-up (benchmarks/sps.run_once),
+    ours at the bundle's earlier commit (its before/: the scripts and package of that commit, first on the path), or
+    LeanRL's (leanrl_run). A run past `timeout` raises subprocess.TimeoutExpired; a failed one, SystemExit."""
+    _, env_id, steps, flags = table[pair]
+    if mode in ("leanrl", "leanrl_eager"):
+        return leanrl_run(sitting, table, pair, mode, workdir, timeout)
+    folder, env = REPO / "leanrl", sitting.env
+    if mode == "before":
+        folder = BUNDLE / "before" / "leanrl"
+        env = env | inductor_env(pair) | {"PYTHONPATH": os.pathsep.join(filter(None, [
+            str(BUNDLE / "before"), env.get("PYTHONPATH")]))}
+    return run_once(config(pair, mode, sitting.tiny), shlex.split(flags), steps, env_id, workdir, env=env,
+                    timeout=timeout, folder=folder)
+
+
+def inductor_env(pair: str) -> dict:
+    """The inductor setting our SAC and TD3 take on this machine by themselves (harness.inductor_options: loop
+    ordering after fusion off on CUDA with torch before 2.12, pytorch#176591), as the environment variable that gives
+    it to a script that does not take it: ours at an earlier commit, LeanRL's. The same compiler on both sides."""
+    import torch
+
+    from leanrl_utils.harness import inductor_options
+
+    if pair in ("sac", "td3") and torch.cuda.is_available() and inductor_options(torch.device("cuda")):
+        return {"TORCHINDUCTOR_LOOP_ORDERING_AFTER_FUSION": "0"}
+    return {}
+
+
+def leanrl_run(sitting: Sitting, table: dict, pair: str, mode: str, workdir: Path, timeout: float) -> dict:
+    """One run of LeanRL's optimized script from the bundle's leanrl/ (benchmarks/vs_leanrl_fixes.py), on the pair's
+    task, steps and flags (but ours alone), with the stand-in for wandb and torchrl on its path: its fps over its
+    window, from the speed values it logged (benchmarks/vs_leanrl.window_fps), and every value logged. Under --tiny
+    without --compile (tiny_flags) and without --cudagraphs: LeanRL's `--cudagraphs` alone asks for a capturable Adam,
+    which torch refuses for weights on the CPU."""
+    eager, env_id, steps, flags = table[pair]
+    s0, frm = (TINY_LEANRL_READ if sitting.tiny else LEANRL_READ)[pair]
+    words = shlex.split(flags)
+    for flag in OURS_ALONE:  # with its value
+        while flag in words:
+            del words[words.index(flag):words.index(flag) + 2]
+    mode_flags = [] if sitting.tiny else MODES[mode][2]
+    script = BUNDLE / "leanrl" / "leanrl" / f"{eager}{MODES[mode][1]}.py"
+    args = ["--env-id", env_id, "--total-timesteps", str(steps), *words, *mode_flags]
+    run_dir = Path(tempfile.mkdtemp(dir=workdir))
+    log = run_dir / "wandb.jsonl"
+    path = [str(BUNDLE / "leanrl"), str(sitting.leanrl_site), sitting.env.get("PYTHONPATH")]
+    env = sitting.env | inductor_env(pair) | {"LEANRL_WANDB_LOG": str(log),
+                                              "PYTHONPATH": os.pathsep.join(filter(None, path))}
+    start = time.perf_counter()
+    proc = start_group([sys.executable, str(script), *args], run_dir, env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    except BaseException:
+        kill_group(proc)
+        raise
+    kill_group(proc)
+    wall = time.perf_counter() - start
+    command = shlex.join([*(f"{k}={v}" for k, v in inductor_env(pair).items()), "python",
+                          str(script.relative_to(REPO)), *args])
+    if proc.returncode != 0:
+        raise SystemExit(f"{command} failed ({proc.returncode}):\n{stderr[-2000:]}")
+    logged = standin_speeds(log)
+    return {"sps": window_fps(logged, s0, frm), "wall": wall, "command": command, "logged_speed": logged}
+
+
+def leanrl(sitting: Sitting, pairs: list[str], rounds: int) -> int:
+    """Rounds of ours (`--compile --cudagraphs`) beside LeanRL's `--compile --cudagraphs` and eager modes
+    (LEANRL_PAIRS), into leanrl.json and leanrl.md; LeanRL's commit and fixes in their head. torchrl (which LeanRL's
+    SAC and TD3 import) is installed from the bundle's leanrl/ wheels, without its dependencies, first."""
+    fixed = BUNDLE / "leanrl" / "FIXES.json"
+    if not fixed.exists():
+        raise SystemExit(f"leanrl: no LeanRL in the bundle ({fixed.parent.relative_to(REPO)}/): build it with "
+                         "bash benchmarks/gpu_bundle.sh --leanrl CHECKOUT .whl")
+    about = json.loads(fixed.read_text())
+    wheels = sorted((BUNDLE / "leanrl").glob("*.whl"))
+    about["on its path"] = sorted("-".join(w.name.split("-")[:2]) for w in wheels)  # name-version
+    with tempfile.TemporaryDirectory(prefix="leanrl-site-") as site:
+        sitting.leanrl_site = Path(site)
+        if wheels:
+            proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                                   "--no-compile", "--no-cache-dir", "--target", site, *map(str, wheels)],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SystemExit(f"leanrl: the wheels of {fixed.parent.relative_to(REPO)}/ did not install: "
+                                 f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        sitting.log(f"leanrl: LeanRL {about['commit'][:7]} with {sum(map(len, about['fixes'].values()))} fixes "
+                    f"(benchmarks/vs_leanrl_fixes.py); on its path: {', '.join(about['on its path']) or 'no more'}")
+        table = TINY_LEANRL_PAIRS if sitting.tiny else LEANRL_PAIRS
+        return measured_rounds(sitting, "leanrl", table, pairs, ["compile+cudagraphs", "leanrl", "leanrl_eager"],
+                               rounds, leanrl_table, {"leanrl": about})
+
+
+def before(sitting: Sitting, pairs: list[str], rounds: int) -> int:
+    """Rounds of ours (`--compile --cudagraphs`) beside ours at the bundle's earlier commit (its before/, with the
+    commit in before/COMMIT), into before.json and before.md."""
+    marker = BUNDLE / "before" / "COMMIT"
+    if not marker.exists():
+        raise SystemExit(f"before: no earlier commit in the bundle ({marker.parent.relative_to(REPO)}/): build it "
+                         "with bash benchmarks/gpu_bundle.sh --before COMMIT .whl")
+    about = {"commit": marker.read_text().strip(), "now": commit(REPO)}
+    sitting.log(f"before: ours at {about['now']} beside ours at {about['commit']}")
+    return measured_rounds(sitting, "before", sitting.pairs, pairs, ["compile+cudagraphs", "before"], rounds,
+                           before_table, {"before": about})
+
+
+def fps_of(rounds: list[dict], mode: str) -> list[float | None]:
+    """Each round's fps in a mode (None where it did not measure it)."""
+    return [r["runs"].get(mode, {}).get("sps") for r in rounds]
+
+
+def both(rounds: list[dict], a: str, b: str) -> list[tuple[float, float]]:
+    """(fps in a, fps in b) of the rounds that measured both: each pair ran on one machine, back to back."""
+    return [(x, y) for x, y in zip(fps_of(rounds, a), fps_of(rounds, b)) if x is not None and y is not None]
+
+
+def fps_cell(rounds: list[dict], mode: str, reference: str | None = None) -> str:
+    """The median fps of a mode over the rounds that measured it (and how many), with its median ratio to the
+    reference mode's over the rounds that measured both; the first error where none measured it."""
+    got = [x for x in fps_of(rounds, mode) if x is not None]
+    if not got:
+        errors = [r["runs"][mode]["error"].strip().splitlines()[0][:80] for r in rounds
+                  if "error" in r["runs"].get(mode, {})]
+        return f"failed: {errors[0]}" if errors else "not run"
+    pairs = both(rounds, mode, reference) if reference not in (None, mode) else []
+    ratio = f", {statistics.median(x / e for x, e in pairs):.2f}x {MODES[reference][0]}" if pairs else ""
+    return f"{statistics.median(got):.1f} ({len(got)} round{'s' * (len(got) > 1)}{ratio})"
+
+
+def against(rounds: list[dict], a: str, b: str) -> list[str]:
+    """a over b, the median of the rounds' ratios, and the verdict by the tie rule ('' where no round has both)."""
+    measured = both(rounds, a, b)
+    if not measured:
+        return ["", ""]
+    return [f"{statistics.median(x / y for x, y in measured):.2f}x",
+            verdict([x for x, _ in measured], [y for _, y in measured])]
+
+
+def by_gpu(data: dict):
+    """(pair, its entry, a GPU, the pair's rounds on that GPU), in the file's order."""
+    for pair, entry in data["pairs"].items():
+        for gpu in dict.fromkeys(r.get("gpu", "unknown") for r in entry["rounds"]):
+            yield pair, entry, gpu, [r for r in entry["rounds"] if r.get("gpu", "unknown") == gpu]
 
 
 def speed_table(data: dict) -> str:
@@ -364,31 +577,46 @@ def speed_table(data: dict) -> str:
             f"`{MODES[best][0]}` / JAX", f"`{MODES[best][0]}` against JAX",
             "LeanRL, one H100: eager / `--compile` / `--compile --cudagraphs`"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-    for pair, entry in data["pairs"].items():
-        for gpu in dict.fromkeys(r.get("gpu", "unknown") for r in entry["rounds"]):
-            rounds = [r for r in entry["rounds"] if r.get("gpu", "unknown") == gpu]
+    for pair, entry, gpu, rounds in by_gpu(data):
+        leanrl_h100 = " / ".join(str(x) for x in LEANRL_H100[pair]) if pair in LEANRL_H100 else ""
+        lines.append(f"| {pair} ({entry['steps']} steps) | {gpu} | "
+                     + " | ".join(fps_cell(rounds, m, "eager") for m in modes) + " | "
+                     + " | ".join(against(rounds, best, twin)) + f" | {leanrl_h100} |")
+    return "\n".join(lines)
 
-            def fps(r, mode):
-                return r["runs"].get(mode, {}).get("sps")
 
-            def both(a, b):  # the rounds that measured both
-                return [(fps(r, a), fps(r, b)) for r in rounds if fps(r, a) is not None and fps(r, b) is not None]
+def leanrl_table(data: dict) -> str:
+    """Per pair and GPU: the median fps of ours (`--compile --cudagraphs`) and of LeanRL's two modes over the rounds
+    (and how many), ours over LeanRL's `--compile --cudagraphs` (the median of the rounds' ratios, and the verdict by
+    the tie rule), LeanRL's published figure for that mode on one H100 (docs/quoted.md) and LeanRL here over it."""
+    ours, theirs = "compile+cudagraphs", "leanrl"
+    about = data["leanrl"]
+    lines = [f"LeanRL {about['commit'][:7]} (github.com/pytorch-labs/LeanRL), fixed only to run by "
+             f"benchmarks/vs_leanrl_fixes.py; on its path: {', '.join(about['on its path']) or 'nothing more'}. "
+             "Its fixes:", "", *(f"- {line}" for line in fixes_applied(about)), "",
+             f"| pair | GPU | ours `{MODES[ours][0]}` | {MODES[theirs][0]} | {MODES['leanrl_eager'][0]} | "
+             f"ours / {MODES[theirs][0]} | ours against it | LeanRL's published `--compile --cudagraphs`, one H100 | "
+             "LeanRL here / published |", "|---" * 9 + "|"]
+    for pair, entry, gpu, rounds in by_gpu(data):
+        published = LEANRL_H100[pair][2]
+        here = [x for x in fps_of(rounds, theirs) if x is not None]
+        share = f"{statistics.median(here) / published:.2f}" if here else ""
+        lines.append(f"| {pair} ({entry['steps']} steps) | {gpu} | "
+                     + " | ".join(fps_cell(rounds, m) for m in (ours, theirs, "leanrl_eager")) + " | "
+                     + " | ".join(against(rounds, ours, theirs)) + f" | {published} | {share} |")
+    return "\n".join(lines)
 
-            def cell(mode):
-                got = [fps(r, mode) for r in rounds if fps(r, mode) is not None]
-                if not got:
-                    errors = [r["runs"][mode]["error"].strip().splitlines()[0][:80] for r in rounds
-                              if "error" in r["runs"].get(mode, {})]
-                    return f"failed: {errors[0]}" if errors else "not run"
-                pairs_ = both(mode, "eager") if mode != "eager" else []
-                ratio = f", {statistics.median(x / e for x, e in pairs_):.2f}x eager" if pairs_ else ""
-                return f"{statistics.median(got):.1f} ({len(got)} round{'s' * (len(got) > 1)}{ratio})"
-            against = both(best, twin)
-            vs = [f"{statistics.median(x / j for x, j in against):.2f}x",
-                  verdict([x for x, _ in against], [j for _, j in against])] if against else ["", ""]
-            leanrl = " / ".join(str(x) for x in LEANRL_H100[pair]) if pair in LEANRL_H100 else ""
-            lines.append(f"| {pair} ({entry['steps']} steps) | {gpu} | " + " | ".join(cell(m) for m in modes) + " | "
-                         + " | ".join(vs) + f" | {leanrl} |")
+
+def before_table(data: dict) -> str:
+    """Per pair and GPU: the median fps of ours now and at the earlier commit (`--compile --cudagraphs`), and now over
+    then (the median of the rounds' ratios, and the verdict by the tie rule)."""
+    now, then = data["before"]["now"], data["before"]["commit"]
+    lines = [f"| pair | GPU | `--compile --cudagraphs` at {now} | at {then} | {now} / {then} | {now} against {then} |",
+             "|---" * 6 + "|"]
+    for pair, entry, gpu, rounds in by_gpu(data):
+        lines.append(f"| {pair} ({entry['steps']} steps) | {gpu} | "
+                     + " | ".join(fps_cell(rounds, m) for m in ("compile+cudagraphs", "before")) + " | "
+                     + " | ".join(against(rounds, "compile+cudagraphs", "before")) + " |")
     return "\n".join(lines)
 
 
@@ -461,15 +689,17 @@ def _learning_record(cmd, returncode, stderr, took, cwd: Path, stopped: bool) ->
             "stderr_tail": (stderr or "")[-1500:], "scalars": scalars}
 
 
-def limits(sitting: Sitting) -> None:
-    """The GPU limit study into OUT/limits, resumed from the resumed folder's limits/, in what is left."""
+def limits(sitting: Sitting, pairs: str | None = None, modes: str | None = None) -> None:
+    """The GPU limit study into OUT/limits, resumed from the resumed folder's limits/, in what is left: of these pairs
+    and modes (None: the study's own defaults)."""
     out = sitting.out / "limits"
     for name in ("results.json", "sitting.log"):
         sitting.file(f"limits/{name}")
     budget = sitting.left() - 2 * MARGIN
-    cmd = [sys.executable, "-m", "benchmarks.gpu_limits", "--out", str(out), "--budget", f"{budget:.0f}",
+    chosen = [*(["--pairs", pairs] if pairs else []), *(["--modes", modes] if modes else [])]
+    cmd = [sys.executable, "-m", "benchmarks.gpu_limits", "--out", str(out), "--budget", f"{budget:.0f}", *chosen,
            *(TINY_LIMITS if sitting.tiny else [])]
-    sitting.log(f"limits: python -m benchmarks.gpu_limits --budget {budget:.0f}")
+    sitting.log(f"limits: python -m benchmarks.gpu_limits --budget {budget:.0f} {shlex.join(chosen)}".rstrip())
     start = time.monotonic()
     proc = start_group(cmd, REPO, sitting.env)
     try:
@@ -509,6 +739,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", help="the speed table's pairs")
     parser.add_argument("--modes", help=f"the speed table's modes, of {', '.join(MODES)}")
     parser.add_argument("--rounds", type=int, help="rounds of each pair in these modes that the sitting should hold")
+    parser.add_argument("--limits-pairs", help="the limit study's pairs (default: its own)")
+    parser.add_argument("--limits-modes", help="the limit study's modes (default: its own)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="pytest-xdist workers for the tests")
     parser.add_argument("--test-timeout", type=float, help="seconds a GPU test may run (default 180; --tiny 8)")
     parser.add_argument("--grace", type=float, default=20.0, help="seconds pytest gets after its SIGINT")
@@ -540,6 +772,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--pairs: no such pair {unknown[0]!r}; the pairs are {', '.join(PAIRS)}")
     if unknown := [m for m in modes if m not in MODES]:
         parser.error(f"--modes: no such mode {unknown[0]!r}; the modes are {', '.join(MODES)}")
+    if "leanrl" in parts and (unknown := [p for p in pairs if p not in LEANRL_PAIRS]):
+        parser.error(f"--pairs: the leanrl part has no pair {unknown[0]!r}; its pairs are {', '.join(LEANRL_PAIRS)}")
     if opts.resume is not None and not opts.resume.is_dir():
         parser.error(f"--resume {opts.resume}: no such folder")
     if opts.budget <= 0 or opts.rounds < 1:
@@ -565,10 +799,18 @@ def main(argv: list[str] | None = None) -> None:
         elif part == "speed":
             if missing := speed(sitting, pairs, modes, opts.rounds):
                 left.append(f"speed ({missing} rounds)")
+        elif part in ("leanrl", "before"):
+            try:
+                missing = (leanrl if part == "leanrl" else before)(sitting, pairs, opts.rounds)
+            except SystemExit as failure:  # no such bundle, or a folder of other rounds: said, and the next part
+                sitting.log(str(failure))
+                continue
+            if missing:
+                left.append(f"{part} ({missing} rounds)")
         elif part == "learn":
             learn(sitting, opts.learn_steps or (400 if opts.tiny else 200_000))
         elif part == "limits":
-            limits(sitting)
+            limits(sitting, opts.limits_pairs, opts.limits_modes)
     sitting.log(f"sitting: done, {sitting.left():.0f} s of the budget left" +
                 (f"; left for the next command (the same plan, with --resume): {', '.join(left)}" if left else ""))
     if wrong := check_out(sitting.out):

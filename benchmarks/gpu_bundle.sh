@@ -4,21 +4,43 @@
 #
 #   bash benchmarks/gpu_bundle.sh [OUT_DIR]              build into OUT_DIR (default .whl), then the check
 #   bash benchmarks/gpu_bundle.sh --check [OUT_DIR]      the check alone: the sizes, and a failure above the limit
+#   bash benchmarks/gpu_bundle.sh [--leanrl CHECKOUT] [--before COMMIT] [OUT_DIR]   with what two plans run beside ours
 #
 # OUT_DIR receives, and keeps nothing else: the wheels pinned below, envpool-atari.tgz (envpool and its assets cut to
 # the Atari engine and ROMs, the only envpool tasks the scripts make) and COMMIT (the commit the tree is at, for the
 # sitting, which has no git). On the GPU machine benchmarks/gpu.sh installs them (docs/gpu.md):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site OUT_DIR/*.whl
 #   tar xzf OUT_DIR/envpool-atari.tgz -C /tmp/site; export PYTHONPATH=/tmp/site
+# With --leanrl, OUT_DIR/leanrl/: LeanRL's optimized scripts from CHECKOUT (a clean checkout of
+# github.com/pytorch-labs/LeanRL, which stays outside this repository), fixed only to run, with the stand-in for wandb
+# and FIXES.json (python -m benchmarks.vs_leanrl_fixes), and the torchrl wheel their SAC and TD3 import, which
+# benchmarks/gpu.py's leanrl part installs without its dependencies. With --before, OUT_DIR/before/: leanrl/ and
+# leanrl_utils/ as they were at COMMIT (git archive), and COMMIT, for its before part.
 # The check adds the bundle to the tree that travels with it (`git archive HEAD`, plus untracked files that git does
 # not ignore: they travel too) and fails above LIMIT_MIB: the GPU machine takes 64 MiB in all, and the margin is
 # for the tree's growth between a check and a sitting.
 set -euo pipefail
 LIMIT_MIB=${GPU_TRAVEL_LIMIT_MIB:-56}
+TORCHRL=torchrl==0.14.1  # installed without its dependencies: it runs beside tensordict 0.15.3 (docs/vs_leanrl.md)
+usage() {
+  echo "usage: bash benchmarks/gpu_bundle.sh [--check] [--leanrl CHECKOUT] [--before COMMIT] [OUT_DIR]" >&2
+  exit 2
+}
 check_only=0
-if [ "${1:-}" = "--check" ]; then check_only=1; shift; fi
-if [ $# -gt 1 ] || { [ $# -eq 1 ] && [ "${1#-}" != "$1" ]; }; then
-  echo "usage: bash benchmarks/gpu_bundle.sh [--check] [OUT_DIR]" >&2
+leanrl=""
+before=""
+while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do
+  case $1 in
+    --check) check_only=1; shift ;;
+    --leanrl) [ $# -ge 2 ] || usage; leanrl=$(realpath -m "$2"); shift 2 ;;
+    --before) [ $# -ge 2 ] || usage; before=$2; shift 2 ;;
+    *) usage ;;
+  esac
+done
+[ $# -le 1 ] || usage
+if [ "$check_only" = 1 ] && [ -n "$leanrl$before" ]; then usage; fi
+if [ -n "$leanrl" ] && [ ! -d "$leanrl/leanrl" ]; then
+  echo "gpu_bundle: --leanrl $leanrl: not a LeanRL checkout (no leanrl/ folder)" >&2
   exit 2
 fi
 out=$(realpath -m "${1:-.whl}")
@@ -48,7 +70,10 @@ check() {  # the sizes that travel, in MiB; a failure above the limit
   untracked=$(git ls-files -z --others --exclude-standard | { grep -zv "^$(realpath -m --relative-to=. "$out")/" || true; } |
               xargs -0 -r stat -c %s | awk '{ s += $1 } END { print s + 0 }')
   total=$((bundle + tree + untracked))
-  find "$out" -type f -printf '%s %f\n' | sort -rn | while read -r size name; do
+  for entry in "$out"/*; do  # a folder (leanrl/, before/) as one line: the sum of its files
+    [ -e "$entry" ] || continue
+    echo "$(find "$entry" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }') $(basename "$entry")$([ -d "$entry" ] && echo /)"
+  done | sort -rn | while read -r size name; do
     printf '  %6s MiB  %s\n' "$(mib "$size")" "$name"; done
   echo "bundle $(mib "$bundle") MiB + tree (git archive HEAD) $(mib "$tree") MiB + untracked $(mib "$untracked") MiB" \
        "= $(mib "$total") MiB (limit $LIMIT_MIB MiB; the GPU machine takes 64)"
@@ -72,6 +97,10 @@ get() {  # cp312 manylinux x86-64 wheels, exactly these versions; a failure stop
     exit 1
   fi
 }
+if [ -n "$before" ] && ! git rev-parse --verify -q "$before^{commit}" >/dev/null; then
+  echo "gpu_bundle: --before $before: no such commit here" >&2
+  exit 2
+fi
 get "$tmp/whl" "${PINS[@]}"
 get "$tmp/envpool" "${ENVPOOL[@]}"
 mkdir "$tmp/site"
@@ -86,9 +115,20 @@ for w in "$tmp"/envpool/*.whl; do python3 -m zipfile -e "$w" "$tmp/site"; done
   printf '"""Trimmed by benchmarks/gpu_bundle.sh: the Atari engine alone."""\nimport envpool.atari.registration  # noqa: F401\n' \
     > envpool/entry.py
   tar czf envpool-atari.tgz envpool envpool_assets envpool-*.dist-info envpool_assets-*.dist-info )
+if [ -n "$leanrl" ]; then
+  python3 -m benchmarks.vs_leanrl_fixes "$leanrl" "$tmp/leanrl" || exit 1
+  get "$tmp/leanrl" "$TORCHRL"
+fi
+if [ -n "$before" ]; then
+  mkdir "$tmp/before"
+  git archive "$before" leanrl leanrl_utils | tar x -C "$tmp/before"
+  git rev-parse --short "$before" > "$tmp/before/COMMIT"
+fi
 mkdir -p "$out"
-rm -f "$out"/*.whl "$out"/*.tgz "$out"/COMMIT  # one version of each: two stop the whole install there
+# one version of each (two stop the whole install there); the folders of the last build's options gone with them
+rm -rf "$out"/*.whl "$out"/*.tgz "$out"/COMMIT "$out/leanrl" "$out/before"
 mv "$tmp"/whl/*.whl "$tmp/site/envpool-atari.tgz" "$out/"
+for folder in leanrl before; do [ ! -d "$tmp/$folder" ] || mv "$tmp/$folder" "$out/"; done
 # the commit the sitting runs (the copy of the tree there has no .git): HEAD, marked when tracked files differ from it
 if commit=$(git rev-parse --short HEAD 2>/dev/null); then
   git diff --quiet HEAD 2>/dev/null || commit="$commit+changes"

@@ -18,12 +18,14 @@ From the first point on (the warm-up is over), three windows, each from one poin
   - a sampler thread in the script's process reads the main thread's stack --rate times a second
     (sys._current_frames) and weighs each sample by the time since the one before. A sample counts for what
     benchmarks/limits.py's classifier says main() was doing (environment, acting, environment + acting, storage,
-    update, logging, other), or, where the main thread was then inside a CUDA call seen by the profiler, for
-    "waiting for the GPU" (a synchronize, or a copy call before its device copy began) or "host-device copies"
-    (the rest of a copy call). A JAX twin waits inside JAX, not in CUDA calls of its own: on a GPU its samples count
-    as waiting where the host reads an array's value (in JAX's ArrayImpl._value, or on a line of main() that reads
-    one with np.asarray, int, float, device_get or block_until_ready), but for the environment's line; asynchronous
-    dispatch puts each jitted call's GPU time on the next such read. While it samples, Python's switch interval is
+    update, logging, other; GAE told apart from the update and the rollout's storage, where that classifier puts it:
+    a sample inside a function of the script named for it, or on a line of main() that calls one), or, where the
+    main thread was then inside a CUDA call seen by the profiler, for "waiting for the GPU" (a synchronize, or a copy
+    call before its device copy began) or "host-device copies" (the rest of a copy call). A JAX twin waits inside
+    JAX, not in CUDA calls of its own: on a GPU its samples count as waiting where the host reads an array's value
+    (in JAX's ArrayImpl._value, or on a line of main() that reads one with np.asarray, int, float, device_get or
+    block_until_ready), but for the environment's line; asynchronous dispatch puts each jitted call's GPU time on
+    the next such read. While it samples, Python's switch interval is
     --switch-interval (0.5 ms): a thread that asks for the interpreter gets it within that (at the default 5 ms a
     sample would land wherever the main thread next let go of it, not where it was when asked);
   - torch.profiler with CUDA activity only (CUPTI: kernels, copies, memsets, CUDA runtime and driver calls; no CPU
@@ -117,7 +119,9 @@ ENV_EXPECTED = 10.0  # the environment alone, --env-repeats x --env-steps
 TINY_EXPECTED = {"eager": 10.0, "cudagraphs": 12.0, "jax": 15.0, "compile": 15.0, "compile+cudagraphs": 15.0}
 TINY_ENV_EXPECTED = 5.0
 OUT_OF_BUDGET = "ran out of the budget"
-WAITING, COPIES = "waiting for the GPU", "host-device copies"
+WAITING, COPIES, GAE = "waiting for the GPU", "host-device copies", "GAE"
+# the scripts' GAE functions (compute_gae; gae, gae_chunk, gae_deltas), by name and called on a line of main()
+GAE_FUNCTION, GAE_CALL = re.compile(r"^(compute_gae|gae\w*)$"), re.compile(r"(?<![\w.])(compute_gae|gae\w*)\(")
 # device events by kind; the CUDA runtime and driver calls by what they do
 DEV_KINDS = ["kernel", "HtoD", "DtoH", "DtoD", "memset", "other copy"]
 API_KINDS = ["launch", "synchronize", "copy", "other"]
@@ -129,7 +133,23 @@ DERIVED = ("reference_fps", "bound_fps", "pct_of_bound", "pct_of_reference")  # 
 def split_categories() -> list[str]:
     from benchmarks.limits import CATEGORIES
 
-    return [*CATEGORIES, COPIES, WAITING]
+    update = CATEGORIES.index("update")
+    return [*CATEGORIES[:update + 1], GAE, *CATEGORIES[update + 1:], COPIES, WAITING]
+
+
+def category(frames: list[str], script_file: str, main) -> str:
+    """A sample's category: benchmarks/limits.py's classifier's, but GAE where the sample is inside one of the script's
+    GAE functions (called from main()) or on a line of main() that calls one."""
+    from benchmarks.limits import classify
+
+    at = next((i for i, f in enumerate(frames) if f.startswith("main (") and script_file in f), None)
+    if at is not None:
+        if any(script_file in f and GAE_FUNCTION.match(f.split(" (")[0].rsplit(".", 1)[-1]) for f in frames[at + 1:]):
+            return GAE
+        path = main.paths.get(int(re.search(r":(\d+)\)$", frames[at]).group(1)), [])
+        if path and GAE_CALL.search(main.text(path[-1])):
+            return GAE
+    return classify(frames, script_file, main)
 
 
 def task(pair: str, total: int, tiny: bool = False) -> tuple[str, list[str]]:
@@ -573,7 +593,7 @@ def jax_waits(frames: list[str], script_file: str, main) -> bool:
 
 def analyse(raw: dict, dev: np.ndarray, api: np.ndarray, pair: str, mode: str, bin_ms: float) -> dict:
     """One row's figures from what its launcher wrote."""
-    from benchmarks.limits import Main, classify
+    from benchmarks.limits import Main
 
     names = split_categories()
     points, marks, info = raw["points"], raw["marks"], raw["info"]
@@ -610,7 +630,7 @@ def analyse(raw: dict, dev: np.ndarray, api: np.ndarray, pair: str, mode: str, b
         main_calls, waiting, copying, row["main_thread_calls_found"] = main_thread_intervals(api, dev, info["main_tid"])
     main = Main(Path(raw["script"]))
     script_file = Path(raw["script"]).name
-    stack_cats = [classify(frames, script_file, main) for frames in raw["stacks"]]
+    stack_cats = [category(frames, script_file, main) for frames in raw["stacks"]]
     split_cats = list(stack_cats)
     if info.get("jax_backend") == "gpu":  # a JAX twin on a GPU: its waits are in JAX, not in CUDA calls of its own
         split_cats = [WAITING if c not in ("environment", "environment + acting")

@@ -40,14 +40,15 @@ from leanrl_utils.events import read_scalars
 
 
 def run_once(config: str, common: list[str], steps: int, env_id: str | None, workdir: Path, env: dict | None = None,
-             timeout: float | None = None) -> dict:
+             timeout: float | None = None, folder: Path = REPO / "leanrl") -> dict:
     """One run of a configuration: its fps (the last `charts/SPS`), warm-up and wall-clock time. `env` replaces
-    this process's environment as the run's base; past `timeout` seconds, subprocess.TimeoutExpired."""
+    this process's environment as the run's base; past `timeout` seconds, subprocess.TimeoutExpired. The script is
+    in `folder` (another commit's leanrl/, for benchmarks/gpu.py's before part)."""
     words = shlex.split(config)
     # leading NAME=value words set the run's environment (a library's switch, e.g. inductor's settings)
     settings = dict(w.split("=", 1) for w in itertools.takewhile(lambda w: re.match(r"^[A-Z_][A-Z0-9_]*=", w), words))
     script, *flags = words[len(settings):]
-    cmd = [sys.executable, str(REPO / "leanrl" / f"{script}.py"), "--total-timesteps", str(steps), *common, *flags]
+    cmd = [sys.executable, str(folder / f"{script}.py"), "--total-timesteps", str(steps), *common, *flags]
     if env_id:
         cmd += ["--env-id", env_id]
     run_dir = Path(tempfile.mkdtemp(dir=workdir))

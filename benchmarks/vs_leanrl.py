@@ -4,7 +4,8 @@
 
 PATH is a LeanRL checkout (github.com/pytorch-labs/LeanRL), kept outside this repository, with the few
 local fixes it needs to run on gymnasium 1.x, envpool 1.x and tensordict 0.15 (docs/vs_leanrl.md lists
-them); `--pydeps` is a folder put on its PYTHONPATH for what it imports and this project does not install
+them), or the folder `python -m benchmarks.vs_leanrl_fixes CHECKOUT PATH` makes of a clean checkout;
+`--pydeps` is a folder put on its PYTHONPATH for what it imports and this project does not install
 (torchrl, stable-baselines3). LeanRL logs only to Weights & Biases: its runs go offline and their `speed`
 values are read back from the run file. How LeanRL times a run differs per script: most log the fps
 since a start step S0 (cumulative); then the fps over the same window as ours (from step `frm` to the
@@ -15,6 +16,7 @@ Ours is `charts/SPS`, as benchmarks/sps.py reads it. Every round runs every conf
 
 import argparse
 import glob
+import json
 import os
 import shlex
 import statistics
@@ -67,6 +69,30 @@ def logged_speeds(path: Path) -> list[tuple[int, float]]:
     return [(int(row["_step"]), float(row["speed"])) for row in wandb_history(settled(path)) if "speed" in row]
 
 
+def standin_speeds(path: Path) -> list[tuple[int, float]]:
+    """(step, speed) of every wandb.log call that logged `speed`, from the lines the stand-in for wandb writes
+    (benchmarks/vs_leanrl_wandb.py, where wandb is not installed: the GPU machine)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return [(int(row["_step"]), float(row["speed"])) for row in rows if "speed" in row]
+
+
+def window_fps(rows: list[tuple[int, float]], s0: int | None, frm: int | None) -> float:
+    """LeanRL's fps over the window from step `frm` (None: from S0) to its last log, from its logged (step, speed)
+    values (see the docstring: cumulative since S0, or, with S0 None, windowed, the windows after the first)."""
+    if s0 is None:  # windowed values: the mean rate over the windows after the first
+        speeds = [s for _, s in rows[1:]]
+        if not speeds:
+            raise SystemExit(f"LeanRL logged {len(rows)} speed values, the first its warm-up's: give it more steps")
+        return len(speeds) / sum(1 / s for s in speeds)
+    times = {s0: 0.0} | {step: (step - s0) / speed for step, speed in rows}
+    frm = s0 if frm is None else frm
+    if frm not in times or not rows or rows[-1][0] <= frm:
+        raise SystemExit(f"LeanRL logged its speed at steps {[s for s, _ in rows]}: none at {frm} and after it, "
+                         "where its window starts: give it more steps")
+    last = rows[-1][0]
+    return (last - frm) / (times[last] - times[frm])
+
+
 def leanrl_fps(leanrl: Path, pydeps: str, script: str, flags: str, env_id: str, total: int, s0, frm) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "PYTHONPATH": pydeps, "WANDB_MODE": "offline", "WANDB_DIR": tmp}
@@ -76,30 +102,37 @@ def leanrl_fps(leanrl: Path, pydeps: str, script: str, flags: str, env_id: str, 
         if proc.returncode:
             raise SystemExit(f"LeanRL {script} {flags}: {proc.stderr[-2000:]}")
         rows = logged_speeds(Path(glob.glob(f"{tmp}/wandb/offline-run-*/run-*.wandb")[0]))
-    if s0 is None:  # windowed values: the mean rate over the windows after the first
-        speeds = [s for _, s in rows[1:]]
-        return len(speeds) / sum(1 / s for s in speeds)
-    times = {step: (step - s0) / speed for step, speed in rows}
-    last = rows[-1][0]
-    return (last - frm) / (times[last] - times[frm])
+    return window_fps(rows, s0, frm)
 
 
 def checkout(leanrl: Path, pydeps: str) -> dict:
-    """What was run as LeanRL: its commit, the local commits on top of the upstream one (the fixes), changes
-    left uncommitted, and the packages put on its path."""
+    """What was run as LeanRL: its commit, the local commits on top of the upstream one (the fixes) or, in a folder
+    of benchmarks/vs_leanrl_fixes.py, the fixes it applied, changes left uncommitted, and the packages put on its
+    path."""
+    deps = sorted(p.name.removesuffix(".dist-info") for p in Path(pydeps).glob("*.dist-info")) if pydeps else []
+    if (leanrl / "FIXES.json").exists():
+        fixed = json.loads((leanrl / "FIXES.json").read_text())
+        return {"commit": fixed["commit"], "upstream": fixed["commit"], "local commits": [],
+                "fixes": fixes_applied(fixed), "uncommitted": fixed["local changes"], "pydeps": deps}
+
     def git(*args):
         proc = subprocess.run(["git", "-C", str(leanrl), *args], capture_output=True, text=True)
         return proc.stdout.strip() if proc.returncode == 0 else ""
     local = git("log", "--format=%h %s", "HEAD", "--not", "--remotes").splitlines()
     return {"commit": git("rev-parse", "HEAD"), "upstream": git("rev-parse", f"HEAD~{len(local)}") if local else "",
-            "local commits": local, "uncommitted": git("status", "--porcelain").splitlines(),
-            "pydeps": sorted(p.name.removesuffix(".dist-info") for p in Path(pydeps).glob("*.dist-info")) if pydeps else []}
+            "local commits": local, "uncommitted": git("status", "--porcelain").splitlines(), "pydeps": deps}
+
+
+def fixes_applied(fixed: dict) -> list[str]:
+    """The fixes a FIXES.json of benchmarks/vs_leanrl_fixes.py lists, one line each: 'script: why'."""
+    return [f"{script}: {why}" for script, whys in fixed["fixes"].items() for why in whys]
 
 
 def describe(state: dict) -> list[str]:
+    fixes = state["local commits"] or state.get("fixes", [])
     lines = [f"LeanRL: upstream commit {state['upstream'][:7] or state['commit'][:7]}, run at {state['commit'][:7]}"
-             + (" with these local fixes:" if state["local commits"] else " (no local commit)")]
-    lines += [f"- {c}" for c in state["local commits"]]
+             + (" with these local fixes:" if fixes else " (no local commit)")]
+    lines += [f"- {c}" for c in fixes]
     lines += [f"Uncommitted changes: {', '.join(state['uncommitted']) or 'none'}. On its path: "
               f"{', '.join(state['pydeps']) or 'nothing'}.", ""]
     return lines

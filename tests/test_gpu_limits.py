@@ -317,6 +317,34 @@ def test_a_jax_twin_on_a_gpu_waits_where_it_reads_a_result():
     assert on_cpu["other"] == pytest.approx(0.25)
 
 
+def test_gae_is_told_apart_in_the_split():
+    """PPO Atari's GAE has a category of its own in the split (limits.py's classifier counts it as the update, or as
+    the rollout's storage where its results are written into the rollout): a sample inside the script's GAE functions
+    (the optimized script's gae, its chunk, the eager script's compute_gae), or on main()'s line that calls one,
+    whatever library runs it (a CUDA graph's module); the update, the acting step and the storage keep theirs."""
+    assert gl.split_categories()[gl.split_categories().index("update") + 1] == gl.GAE
+    for name in ("ppo_atari_envpool_torchcompile", "ppo_atari_envpool"):
+        script = SCRIPT_DIR / f"{name}.py"
+        main = Main(script)
+
+        def at(pattern, *inner):
+            n = next(n for n, path in main.paths.items()
+                     if n == path[-1].lineno and re.search(pattern, main.text(path[-1])))
+            return ["<module> (<string>:1)", f"main ({script}:{n})", *inner]
+        graph = "CudaGraphModule.__call__ (/site-packages/tensordict/nn/cudagraphs.py:300)"
+        gae = at(r"= (gae|compute_gae)\(")
+        assert gl.category(gae, script.name, main) == gl.GAE
+        assert gl.category(gae + [graph], script.name, main) == gl.GAE
+        inner = "main.<locals>.gae" if "compile" in name else "compute_gae"
+        assert gl.category(gae + [graph, f"{inner} ({script}:1)"], script.name, main) == gl.GAE
+        assert gl.category(at(r"optimizer\.step\(\)|stats\.append\(update\("), script.name, main) == "update"
+        assert gl.category(at(r"= (agent\.get_action_and_value|policy)\(next_obs\)"), script.name, main) == "acting"
+    optimized = SCRIPT_DIR / "ppo_atari_envpool_torchcompile.py"
+    main = Main(optimized)
+    n = next(n for n, path in main.paths.items() if re.search(r"rollout\[key\]\[step\] = x", main.text(path[-1])))
+    assert gl.category([f"main ({optimized}:{n})"], optimized.name, main) == "storage"
+
+
 def test_busy_fraction_is_the_union_of_intervals_per_bin():
     """Overlapping intervals count once; a bin's value is the share of its time that something covers."""
     iv = np.array([(0, 4), (2, 6), (8, 9), (5, 7), (12, 30)], dtype=np.int64)

@@ -6,11 +6,14 @@ within the GPU machine's limits: at most 8 files in OUT, at most one folder down
 and '-', a console log among them, and its wall time under its budget. The first command, with GPU tests that hang
 added to the copy, is stopped at its deadline and still leaves its junit file; the second continues the folder the
 first one's files were committed to, and brings back only the files it changed. The speed part's rounds (whole, on
-one machine, a cut one not recorded) are checked on made-up runs."""
+one machine, a cut one not recorded) are checked on made-up runs. The plans of issue 60 are rehearsed the same way:
+docs/vs_leanrl.md's leanrl plan with a made-up LeanRL that logs as LeanRL does (and with LeanRL itself where a checkout
+is given), PPO Atari's limit study (atari_split), and ours beside 4081e39's (before)."""
 
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -232,6 +235,202 @@ def test_a_later_command_rehearsed(n, copy, tmp_path):
         assert "left for the next command" in log, log
 
 
+# A made-up LeanRL script: LeanRL's flags (unknown ones refused, as tyro does), its wandb calls and its speed logging,
+# on a made-up clock: the steps before FAST_FROM take 2 ms each, those after FAST[script] ms; nothing is run.
+FAKE_LEANRL = '''"""A made-up LeanRL script (tests/test_gpu_sitting.py): it logs its speed as LeanRL's does."""
+import argparse
+import os
+
+import wandb
+
+name = os.path.basename(__file__)[:-3]
+FAST = {"sac_continuous_action_torchcompile": 1.0, "td3_continuous_action_torchcompile": 0.8,
+        "ppo_continuous_action_torchcompile": 0.5, "ppo_atari_envpool_torchcompile": 0.25}[name] / 1000
+parser = argparse.ArgumentParser()
+parser.add_argument("--env-id")
+parser.add_argument("--total-timesteps", type=int)
+parser.add_argument("--learning-starts", type=int, default=5000)
+parser.add_argument("--num-envs", type=int, default=8 if "atari" in name else 1)
+parser.add_argument("--num-steps", type=int, default=128 if "atari" in name else 2048)
+parser.add_argument("--num-minibatches", type=int)
+parser.add_argument("--update-epochs", type=int)
+parser.add_argument("--compile", action="store_true")
+parser.add_argument("--cudagraphs", action="store_true")
+args = parser.parse_args()
+wandb.init(project=name, name=name, config=vars(args), save_code=True)
+clock, start = 0.0, None
+if name.startswith(("sac", "td3")):  # cumulative, since 3 steps after the learning start; a log every 100 steps
+    fast_from = args.learning_starts + 100
+    for global_step in range(args.total_timesteps):
+        if global_step == args.learning_starts + 3:
+            start, burnin = clock, global_step
+        clock += 0.002 if global_step <= fast_from else FAST
+        if global_step > args.learning_starts and global_step % 100 == 0 and start is not None:
+            wandb.log({"speed": (global_step - burnin) / (clock - start), "qf_loss": 0.5}, step=global_step)
+else:  # per iteration; continuous PPO cumulative since its third, Atari PPO over the last 10; a log every 10
+    batch, global_step = args.num_envs * args.num_steps, 0
+    for iteration in range(1, args.total_timesteps // batch + 1):
+        if iteration == 3:
+            start, burnin = clock, global_step
+        global_step += batch
+        clock += batch * (0.002 if iteration <= 10 and "atari" in name else FAST)
+        if start is not None and iteration % 10 == 0:
+            wandb.log({"speed": (global_step - burnin) / (clock - start), "episode_return": 1.0}, step=global_step)
+            if "atari" in name:
+                start, burnin = clock, global_step
+'''
+# the fps read from it: each script's fast rate (Atari PPO: its windows after the first; the others: the window
+# gpu.TINY_LEANRL_READ names, all in the fast steps)
+FAKE_FPS = {"sac": 1000.0, "td3": 1250.0, "ppo_continuous": 2000.0, "ppo_atari": 4000.0}
+
+
+def leanrl_commands() -> list[tuple[str, int]]:
+    """docs/vs_leanrl.md's GPU plan: its commands (`bash benchmarks/gpu.sh` lines) and their timeout_s."""
+    text = (REPO / "docs" / "vs_leanrl.md").read_text()
+    block = re.search(r"^## On a GPU.*?^```text\n(.*?)^```", text, re.S | re.M).group(1)
+    return [(line.strip(), int(re.search(r"timeout_s=(\d+)", block).group(1))) for line in block.splitlines()
+            if line.startswith("bash benchmarks/gpu.sh")]
+
+
+def rehearse_leanrl(copy: Path, tmp_path: Path, budget: float) -> tuple[dict, dict]:
+    """docs/vs_leanrl.md's command, rehearsed: what came back, and leanrl.json. Its rounds: every pair's, whole."""
+    (command, timeout), = leanrl_commands()
+    assert "--plan leanrl" in command and timeout <= 560  # one command of at most 560 s for a round of the four
+    assert gpu.PLANS["leanrl"]["budget"] <= timeout - 30
+    proc, wall = rehearse(copy, command, tmp_path / "out", budget, path_without_git(tmp_path))
+    files = assert_comes_back(tmp_path / "out", proc, wall, budget)
+    assert set(files) == {"console.log", "sitting.log", "machine.json", "leanrl.json", "leanrl.md"}, sorted(files)
+    data = json.loads(files["leanrl.json"].read_text())
+    assert list(data["pairs"]) == list(gpu.LEANRL_PAIRS) == ["ppo_atari", "sac", "td3", "ppo_continuous"]
+    for pair, entry in data["pairs"].items():
+        assert len(entry["rounds"]) == 1 and entry["steps"] == gpu.TINY_LEANRL_PAIRS[pair][2], (pair, entry)
+        runs = entry["rounds"][0]["runs"]
+        assert set(runs) == {"compile+cudagraphs", "leanrl", "leanrl_eager"}, runs
+        assert all("error" not in run and run["sps"] > 0 for run in runs.values()), runs
+        for mode in ("leanrl", "leanrl_eager"):  # the task's steps and flags, but ours alone; --tiny: no mode flag
+            assert runs[mode]["command"] == shlex.join([
+                "python", f".whl/leanrl/leanrl/{gpu.TINY_LEANRL_PAIRS[pair][0]}_torchcompile.py",
+                "--env-id", entry["env_id"], "--total-timesteps", str(entry["steps"]),
+                *[w for w in shlex.split(entry["args"]) if w not in ("--measure-after", "20")]]), runs[mode]["command"]
+            assert runs[mode]["logged_speed"], runs[mode]
+    table = files["leanrl.md"].read_text()
+    assert all(f"| {pair} ({data['pairs'][pair]['steps']} steps) | none |" in table for pair in data["pairs"]), table
+    return files, data
+
+
+@pytest.mark.slow
+def test_the_leanrl_plan_rehearsed_with_a_made_up_leanrl(copy, tmp_path):
+    """docs/vs_leanrl.md's command with a made-up LeanRL in the bundle (what CI can run: LeanRL is not there): our
+    runs, and LeanRL's scripts found in the bundle's leanrl/, run with the stand-in for wandb on their path, given our
+    task, steps and flags but ours alone; a round of each pair whole, within the machine's limits and the budget;
+    LeanRL's fps read back from what it logged, exactly the made-up clock's rate over the window; LeanRL's commit and
+    fixes in leanrl.json's head and leanrl.md."""
+    leanrl = copy / ".whl" / "leanrl"
+    (leanrl / "leanrl").mkdir(parents=True)
+    for eager, *_ in gpu.LEANRL_PAIRS.values():
+        (leanrl / "leanrl" / f"{eager}_torchcompile.py").write_text(FAKE_LEANRL)
+    shutil.copyfile(REPO / "benchmarks" / "vs_leanrl_wandb.py", leanrl / "wandb.py")
+    made_up = {"commit": "f" * 40, "local changes": [], "fixes": {"sac_continuous_action_torchcompile": ["made up"]}}
+    (leanrl / "FIXES.json").write_text(json.dumps(made_up))
+    files, data = rehearse_leanrl(copy, tmp_path, 150)
+    for pair, fps in FAKE_FPS.items():
+        runs = data["pairs"][pair]["rounds"][0]["runs"]
+        assert runs["leanrl"]["sps"] == pytest.approx(fps) and runs["leanrl_eager"]["sps"] == pytest.approx(fps), runs
+    assert data["leanrl"] == made_up | {"on its path": []}, data["leanrl"]
+    table = files["leanrl.md"].read_text()
+    assert "LeanRL fffffff " in table and "- sac_continuous_action_torchcompile: made up" in table, table
+    assert "| ppo_atari (1280 steps) | none |" in table and "| 6809 |" in table, table
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (os.environ.get("LEANRL_CHECKOUT") and os.environ.get("LEANRL_TORCHRL_WHEEL")),
+                    reason="no LeanRL to run: LEANRL_CHECKOUT (a clean checkout of github.com/pytorch-labs/LeanRL) and "
+                    "LEANRL_TORCHRL_WHEEL (torchrl 0.14.1's wheel for this Python) are not both given; CI has neither")
+def test_the_leanrl_plan_rehearsed_with_leanrl(copy, tmp_path):
+    """docs/vs_leanrl.md's command with LeanRL itself in the bundle, as benchmarks/gpu_bundle.sh --leanrl puts it
+    there (its scripts fixed by benchmarks/vs_leanrl_fixes.py, the stand-in for wandb, torchrl's wheel): every run of
+    LeanRL's four scripts runs and logs its speed past its window's start, torchrl installed for them."""
+    from benchmarks import vs_leanrl_fixes
+
+    leanrl = copy / ".whl" / "leanrl"
+    state = vs_leanrl_fixes.build(Path(os.environ["LEANRL_CHECKOUT"]), leanrl)
+    shutil.copy(os.environ["LEANRL_TORCHRL_WHEEL"], leanrl)
+    files, data = rehearse_leanrl(copy, tmp_path, 300)
+    assert data["leanrl"]["commit"] == state["commit"] and data["leanrl"]["on its path"] == ["torchrl-0.14.1"]
+    assert "- ppo_atari_envpool_torchcompile: gymnasium in place of gym" in files["leanrl.md"].read_text()
+
+
+@pytest.mark.slow
+def test_the_atari_split_rehearsed(copy, tmp_path):
+    """The atari_split plan (PPO Atari's limit study), resumed from a sitting folder, at tiny sizes with the modes a CPU
+    runs within a rehearsal's budget (eager, --cudagraphs: --compile takes minutes on a CPU): the environment alone at
+    the script's 8 envs, each row's split with GAE apart, the graphed pieces (the policy step, GAE, the update) and
+    the bound from them, within the machine's limits."""
+    folder = copy / "docs" / "gpu" / SITTING
+    folder.mkdir(parents=True)
+    (folder / "sitting.log").write_text("00:00:00 sitting: the first command\n")
+    command = ('bash benchmarks/gpu.sh "$OUT" --plan atari_split --resume docs/gpu/<sitting> '
+               '--limits-modes eager,cudagraphs')
+    proc, wall = rehearse(copy, command, tmp_path / "out", 120, path_without_git(tmp_path))
+    files = assert_comes_back(tmp_path / "out", proc, wall, 120)
+    limits = {f"limits/{name}" for name in ("results.json", "results.md", "busy.png", "sitting.log")}
+    assert set(files) == {"console.log", "sitting.log", "machine.json"} | limits, sorted(files)
+    data = json.loads(files["limits/results.json"].read_text())
+    assert sorted(data["rows"]) == ["ppo_atari cudagraphs", "ppo_atari eager"], data["rows"].keys()
+    assert data["env_sps"]["ppo_atari"] > 0 and data["bounds"]["ppo_atari"]["bound_fps"] > 0, data["bounds"]
+    for row in data["rows"].values():
+        assert "error" not in row and "GAE" in row["shares"], row
+    pieces = data["rows"]["ppo_atari cudagraphs"]["pieces"]
+    assert {f"main.<locals>.{name}" for name in ("policy", "gae", "update")} <= set(pieces), pieces
+    assert "--pairs ppo_atari --modes eager,cudagraphs" in files["sitting.log"].read_text()
+
+
+@pytest.mark.slow
+def test_the_before_plan_rehearsed(copy, tmp_path):
+    """The before plan with 4081e39's leanrl/ and leanrl_utils/ in the bundle, as benchmarks/gpu_bundle.sh --before
+    puts them there: a round of SAC and TD3 now and at that commit, that commit's scripts run from the bundle, within
+    the machine's limits; before.md names both commits."""
+    if subprocess.run(["git", "cat-file", "-e", "4081e39^{commit}"], cwd=REPO, capture_output=True).returncode != 0:
+        pytest.skip("commit 4081e39 is not in this checkout's history (a shallow clone)")
+    before = copy / ".whl" / "before"
+    before.mkdir()
+    archive = subprocess.run(["git", "archive", "4081e39", "leanrl", "leanrl_utils"], cwd=REPO, capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "x", "-C", str(before)], input=archive, check=True)
+    (before / "COMMIT").write_text("4081e39\n")
+    for pair in ("sac", "td3"):  # each leaves a mark where it runs: the bundle's scripts are the ones run
+        script = before / "leanrl" / f"{gpu.TINY_PAIRS[pair][0]}_torchcompile.py"
+        mark = f"__import__('pathlib').Path({str(tmp_path / pair)!r}).touch()\n"
+        script.write_text(mark + script.read_text())
+    command = 'bash benchmarks/gpu.sh "$OUT" --plan before'
+    proc, wall = rehearse(copy, command, tmp_path / "out", 120, path_without_git(tmp_path))
+    files = assert_comes_back(tmp_path / "out", proc, wall, 120)
+    assert set(files) == {"console.log", "sitting.log", "machine.json", "before.json", "before.md"}, sorted(files)
+    data = json.loads(files["before.json"].read_text())
+    assert data["before"] == {"commit": "4081e39", "now": COMMIT}, data["before"]
+    for pair in ("sac", "td3"):
+        runs = data["pairs"][pair]["rounds"][0]["runs"]
+        assert set(runs) == {"compile+cudagraphs", "before"} and all(r["sps"] > 0 for r in runs.values()), runs
+        assert (tmp_path / pair).exists(), f"{pair}: 4081e39's script did not run"
+    assert f"| `--compile --cudagraphs` at {COMMIT} | at 4081e39 |" in files["before.md"].read_text()
+
+
+@pytest.mark.parametrize("plan,said", [
+    ("leanrl", "leanrl: no LeanRL in the bundle (.whl/leanrl/): build it with bash benchmarks/gpu_bundle.sh --leanrl "),
+    ("before", "before: no earlier commit in the bundle (.whl/before/): build it with bash benchmarks/gpu_bundle.sh "
+               "--before COMMIT"),
+])
+def test_a_plan_whose_bundle_lacks_its_part_says_so(plan, said, copy, tmp_path):
+    """The leanrl and before plans with a bundle built without --leanrl or --before: the part says in one line how to
+    build the bundle, runs nothing, and the command ends within the limits."""
+    command = f'bash benchmarks/gpu.sh "$OUT" --plan {plan}'
+    proc, wall = rehearse(copy, command, tmp_path / "out", 30, os.environ["PATH"])
+    files = assert_comes_back(tmp_path / "out", proc, wall, 30)
+    assert set(files) == {"console.log", "sitting.log", "machine.json"}, sorted(files)
+    assert re.search(r"^\d\d:\d\d:\d\d " + re.escape(said), files["sitting.log"].read_text(), re.M), \
+        files["sitting.log"].read_text()
+
+
 def test_a_broken_bundle_stops_the_command_in_one_line(copy, tmp_path):
     """A wheel of the bundle that pip cannot install: one line says so, and the command fails before any part."""
     (copy / ".whl" / "broken-1.0-py3-none-any.whl").write_text("not a wheel")
@@ -246,6 +445,8 @@ def test_a_broken_bundle_stops_the_command_in_one_line(copy, tmp_path):
 @pytest.mark.parametrize("args,said", [
     (["--plan", "headline", "--pairs", "sac,ppo"], "benchmarks.gpu: --pairs: no such pair 'ppo'; the pairs are "),
     (["--plan", "nope"], "benchmarks.gpu: argument --plan: invalid choice: 'nope'"),
+    (["--plan", "leanrl", "--pairs", "sac,dqn"],
+     "benchmarks.gpu: --pairs: the leanrl part has no pair 'dqn'; its pairs are "),
     (["--plan", "modes", "--resume", "docs/gpu/nowhere"], "gpu.sh: --resume docs/gpu/nowhere: no such folder"),
     (["--budget", "0"], "benchmarks.gpu: --budget must be positive"),
 ])
@@ -269,7 +470,7 @@ def test_the_speed_rounds_are_whole_and_on_one_machine(tmp_path, monkeypatch):
     times = {"eager": 1.0, "compile+cudagraphs": 3.0, "jax": 2.0}
     clock = [0.0]
 
-    def fake_run(config, common, steps, env_id, workdir, env=None, timeout=None):
+    def fake_run(config, common, steps, env_id, workdir, env=None, timeout=None, folder=None):
         mode = "jax" if "_jax" in config else "compile+cudagraphs" if "_torchcompile" in config else "eager"
         if times[mode] > timeout:
             clock[0] += timeout
@@ -352,3 +553,20 @@ def test_the_bundle_check_adds_up_what_travels_and_fails_above_its_limit(tmp_pat
                           env={**os.environ, "GPU_TRAVEL_LIMIT_MIB": str(int(total))})
     assert over.returncode == 1 and over.stderr == f"gpu_bundle: {total} MiB would travel, over {int(total)} MiB: " \
         "cut the bundle or the tree\n", over.stderr
+
+
+@pytest.mark.parametrize("args,said", [
+    (["--leanrl", "nowhere"], "gpu_bundle: --leanrl {repo}/nowhere: not a LeanRL checkout (no leanrl/ folder)"),
+    (["--before", "0000000"], "gpu_bundle: --before 0000000: no such commit here"),
+    (["--check", "--leanrl", "."],
+     "usage: bash benchmarks/gpu_bundle.sh [--check] [--leanrl CHECKOUT] [--before COMMIT] [OUT_DIR]"),
+])
+def test_a_mistake_in_the_bundles_options_is_one_line(args, said, tmp_path):
+    """benchmarks/gpu_bundle.sh refuses a LeanRL that is no checkout, a commit it does not have, and the check with a
+    build's options, in one line, exit code 2, before it downloads anything."""
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout: the bundle script reads commits with git")
+    proc = subprocess.run(["bash", "benchmarks/gpu_bundle.sh", *args, str(tmp_path / "bundle")], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [said.format(repo=REPO)], proc.stderr
+    assert not (tmp_path / "bundle").exists()
