@@ -296,7 +296,8 @@ def test_a_jax_twin_on_a_gpu_waits_where_it_reads_a_result():
     jax_src = "/site-packages/jax/_src"
     stacks = [at(r"action = np\.asarray\(action\)"),  # a read, in C++: waiting
               at(r"env\.step\("),  # the environment
-              at(r"losses/\{name\}", f"ArrayImpl.__float__ ({jax_src}/array.py:300)",
+              at(r"harness\.log_losses\(", "log_losses (leanrl_utils/harness.py:360)",
+                 f"ArrayImpl.__float__ ({jax_src}/array.py:300)",
                  f"annotate_function.<locals>.wrapper ({jax_src}/profiler.py:420)",
                  f"ArrayImpl._value ({jax_src}/array.py:623)"),  # a read, in JAX: waiting
               at(r"= train_step\(", f"cache_miss ({jax_src}/pjit.py:1)")]  # the update's dispatch
