@@ -369,7 +369,8 @@ def main(args: Args) -> None:
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        harness.log_losses(writer, out | dict(clipfrac=np.mean(clipfracs), explained_variance=explained_var), global_step)
+        harness.log_losses(writer, out | dict(clipfrac=np.mean(clipfracs), explained_variance=explained_var),
+                           global_step)
         progress.log(global_step, episodic_return)
     progress.close()
 
