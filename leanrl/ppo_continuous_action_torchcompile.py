@@ -328,8 +328,7 @@ def main(args: Args) -> None:
         actions=torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape),
         **{key: torch.zeros((args.num_steps, args.num_envs))
            for key in ("logprobs", "rewards", "dones", "values", "advantages", "returns")},
-        batch_size=[args.num_steps, args.num_envs],
-        device=device,
+        batch_size=[args.num_steps, args.num_envs], device=device,
     )
     # the flattened batch, made once: views of the rollout, which is written in place, so that the
     # update reads its minibatches from them by index, inside its program
