@@ -4,8 +4,9 @@ CleanRL's algorithm and defaults: a Gaussian policy and a value network (64-64 t
 MLPs), observation and reward normalization with clipping, GAE, clipped surrogate
 and value losses, advantage normalization, learning-rate annealing and gradient
 clipping. Read it next to `ppo_continuous_action_torchcompile.py`, which learns the
-same thing faster; on the CPU the two draw the same random numbers, so their runs
-can be compared number for number.
+same thing faster; on the CPU the two draw the same random numbers, so that their
+runs agree number for number up to float rounding (the optimized script's kernels
+round differently: the tests compare within a tolerance).
 
 gymnasium 1.x vector environments reset a finished episode on the *next* step by
 default; this script asks for same-step autoreset, so that the step that ends an
