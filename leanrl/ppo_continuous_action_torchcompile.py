@@ -342,7 +342,7 @@ def main(args: Args) -> None:
     def update(mb_inds):
         """One minibatch update, from its indices into the flattened rollout (`batch`, by field): the losses,
         their gradients and the Adam step. Returns the losses that are logged."""
-        mb = batch[mb_inds]  # [2] one index of the TensorDict gathers every field
+        mb = batch[mb_inds]  # [2] one index of the TensorDict gathers every field (compiled: inside the program)
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
         logratio = newlogprob - mb["logprobs"]
         ratio = logratio.exp()
@@ -490,7 +490,7 @@ def main(args: Args) -> None:
         advantages, returns = gae(rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done_t)
         rollout["advantages"].copy_(advantages)  # [2] in place: the flattened batch's views see them
         rollout["returns"].copy_(returns)
-        step_index.zero_()  # [2] the next rollout is written from its first row again
+        step_index.zero_()  # [2] the row `act` writes next: a device counter, so the compiled step takes no int
 
         # Optimizing the policy and value network
         clipfracs = []
