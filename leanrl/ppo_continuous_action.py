@@ -4,8 +4,9 @@ CleanRL's algorithm and defaults: a Gaussian policy and a value network (64-64 t
 MLPs), observation and reward normalization with clipping, GAE, clipped surrogate
 and value losses, advantage normalization, learning-rate annealing and gradient
 clipping. Read it next to `ppo_continuous_action_torchcompile.py`, which learns the
-same thing faster; on the CPU the two draw the same random numbers, so their runs
-can be compared number for number.
+same thing faster; on the CPU the two draw the same random numbers, so that their
+runs agree number for number up to float rounding (the optimized script's kernels
+round differently: the tests compare within a tolerance).
 
 gymnasium 1.x vector environments reset a finished episode on the *next* step by
 default; this script asks for same-step autoreset, so that the step that ends an
@@ -24,9 +25,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.optim as optim
 from leanrl_utils import evals, harness  # the contract's plumbing (flags, errors, device, logging), playing a policy
 from torch.distributions.normal import Normal
+from torch.optim import Adam
 
 
 @dataclass
@@ -182,20 +183,22 @@ class Agent(nn.Module):
         return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x)
 
 
+def gae_deltas(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
+    """The per-step terms of GAE, all steps at once: A[t] = delta[t] + coef[t] * A[t + 1]."""
+    nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
+    nextvalues = torch.cat([values[1:], next_value])
+    delta = rewards + gamma * nextvalues * nextnonterminal - values
+    return delta, gamma * gae_lambda * nextnonterminal
+
+
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
-    """Generalized advantage estimates of a rollout (CleanRL's loop); `dones[t]` marks obs t as an episode's first."""
+    """Generalized advantage estimates of a rollout (CleanRL's loop, its per-step terms computed at once, above):
+    a reverse scan; `dones[t]` marks obs t as an episode's first."""
+    delta, coef = gae_deltas(rewards, values, dones, next_value, next_done, gamma, gae_lambda)
     advantages = torch.zeros_like(rewards)
     lastgaelam = 0
-    num_steps = rewards.shape[0]
-    for t in reversed(range(num_steps)):
-        if t == num_steps - 1:
-            nextnonterminal = 1.0 - next_done
-            nextvalues = next_value
-        else:
-            nextnonterminal = 1.0 - dones[t + 1]
-            nextvalues = values[t + 1]
-        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
-        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    for t in reversed(range(rewards.shape[0])):
+        advantages[t] = lastgaelam = delta[t] + coef[t] * lastgaelam
     return advantages
 
 
@@ -218,7 +221,7 @@ def main(args: Args) -> None:
     # the network is built on the CPU and moved: the same initial weights, drawn from the CPU generator, on
     # any device
     agent = Agent(envs).to(device)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    optimizer = Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
     # ALGO Logic: Storage setup
     obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape).to(device)
@@ -227,6 +230,54 @@ def main(args: Args) -> None:
     rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
     dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
     values = torch.zeros((args.num_steps, args.num_envs)).to(device)
+
+    def update(mb_inds):
+        """One minibatch update, from its indices into the flattened rollout (`batch`, by field): the losses,
+        their gradients and the Adam step. Returns the losses that are logged."""
+        mb = {name: x[mb_inds] for name, x in batch.items()}
+        _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
+        logratio = newlogprob - mb["logprobs"]
+        ratio = logratio.exp()
+
+        with torch.no_grad():
+            # calculate approx_kl http://joschu.net/blog/kl-approx.html
+            old_approx_kl = (-logratio).mean()
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean().item()
+
+        mb_advantages = mb["advantages"]
+        if args.norm_adv:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+        # Policy loss
+        pg_loss1 = -mb_advantages * ratio
+        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+        # Value loss
+        newvalue = newvalue.view(-1)
+        if args.clip_vloss:
+            v_loss_unclipped = (newvalue - mb["returns"]) ** 2
+            v_clipped = mb["values"] + torch.clamp(
+                newvalue - mb["values"],
+                -args.clip_coef,
+                args.clip_coef,
+            )
+            v_loss_clipped = (v_clipped - mb["returns"]) ** 2
+            v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
+            v_loss = 0.5 * v_loss_max.mean()
+        else:
+            v_loss = 0.5 * ((newvalue - mb["returns"]) ** 2).mean()
+
+        entropy_loss = entropy.mean()
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        optimizer.step()
+        return dict(value_loss=v_loss.detach(), policy_loss=pg_loss.detach(), entropy=entropy_loss.detach(),
+                    old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
 
     writer = harness.make_writer(args, run_name)
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
@@ -283,77 +334,34 @@ def main(args: Args) -> None:
             advantages = compute_gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
             returns = advantages + values
 
-        # flatten the batch
-        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
-        b_logprobs = logprobs.reshape(-1)
-        b_actions = actions.reshape((-1,) + envs.single_action_space.shape)
-        b_advantages = advantages.reshape(-1)
-        b_returns = returns.reshape(-1)
-        b_values = values.reshape(-1)
+        # flatten the batch: its named fields, which the minibatch updates take by index
+        batch = dict(obs=obs.reshape((-1,) + envs.single_observation_space.shape), logprobs=logprobs.reshape(-1),
+                     actions=actions.reshape((-1,) + envs.single_action_space.shape),
+                     advantages=advantages.reshape(-1), returns=returns.reshape(-1), values=values.reshape(-1))
 
         # Optimizing the policy and value network
         clipfracs = []
         for epoch in range(args.update_epochs):
-            # a torch permutation (CleanRL shuffles with numpy): the eager and optimized scripts draw the same one
+            # a torch permutation (CleanRL shuffles with numpy): on the CPU the eager and optimized scripts draw
+            # the same one
             b_inds = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 end = start + args.minibatch_size
                 mb_inds = b_inds[start:end]
+                out = update(mb_inds)
+                clipfracs.append(out["clipfrac"])
 
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                logratio = newlogprob - b_logprobs[mb_inds]
-                ratio = logratio.exp()
-
-                with torch.no_grad():
-                    # calculate approx_kl http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs += [((ratio - 1.0).abs() > args.clip_coef).float().mean().item()]
-
-                mb_advantages = b_advantages[mb_inds]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-
-                # Policy loss
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-                # Value loss
-                newvalue = newvalue.view(-1)
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(
-                        newvalue - b_values[mb_inds],
-                        -args.clip_coef,
-                        args.clip_coef,
-                    )
-                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                    v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
-                    v_loss = 0.5 * v_loss_max.mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
-
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                optimizer.step()
-
-            if args.target_kl is not None and approx_kl > args.target_kl:
+            if args.target_kl is not None and out["approx_kl"] > args.target_kl:
                 break
 
-        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+        y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        harness.log_losses(writer, dict(value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss,
-                                        old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=np.mean(clipfracs),
-                                        explained_variance=explained_var), global_step)
+        harness.log_losses(writer, out | dict(clipfrac=np.mean(clipfracs), explained_variance=explained_var),
+                           global_step)
         progress.log(global_step, episodic_return)
     progress.close()
 

@@ -1,38 +1,36 @@
 """Proximal Policy Optimization (PPO) for continuous actions, made fast.
 
-The algorithm, defaults and random-number stream of `ppo_continuous_action.py`;
-only the execution changes. Each optimization carries a comment saying what it
-saves:
+The algorithm and defaults of `ppo_continuous_action.py`, and on the CPU its random
+numbers (on a GPU `--compile` draws its own: 10.); only the execution changes. Each
+optimization carries a comment saying what it saves:
 
 1. the Gaussian policy written out, without a `Distribution` object (and its
    argument checks);
-2. the rollout is a TensorDict preallocated on the training device, written in place:
-   the acting step writes its row at a device counter; rewards and done flags are
-   staged on the host and copied once per iteration; observations are made on the
-   device in one copy; the one copy back to the host in a step is the action handed
-   to the environment;
+2. the rollout is one TensorDict on the training device, written in place, its
+   flattened batch made once (views): the acting step writes its row at a device
+   counter; rewards and done flags are staged on the host and copied once per
+   iteration; observations are made on the device in one copy; the one copy back to
+   the host in a step is the action handed to the environment;
 3. the policy that acts and the value that bootstraps GAE run the trained weights
    detached, in a weightless copy: no autograd bookkeeping, and no `torch.no_grad()`
    block around the functions that call them;
-4. GAE runs as a reverse scan over fixed-size chunks: under `--compile` a compiled
-   chunk replaces the eager loop's dozen or so small ops per time step, and compiles
-   once whatever the rollout length;
-5. each minibatch update is one function, from its indices to the Adam step: the
-   minibatch gathered from the flattened rollout inside it, gradients from
-   `torch.autograd.grad` (nothing to zero), clipping and Adam written out over
-   tensors (`Adam` below), so that it can be one compiled program;
+4. GAE's reverse scan runs over fixed-size chunks of steps: under `--compile` one
+   compiled chunk replaces a few small ops per step, and compiles once;
+5. the update's gradients come from `torch.autograd.grad` (nothing to zero), and its
+   clipping and Adam are written out over tensors (`Adam` below): the whole update,
+   from its indices to the Adam step, can be one compiled program;
 6. the learning rate lives in a tensor annealed in place: no recompilation;
 7. `--compile`: `torch.compile` of the acting step (with its rollout writes), of the
-   GAE chunk and of the whole minibatch update; on a CPU with inductor's C++ wrapper
-   (kernels called from C++);
-8. `--cudagraphs`: the acting step, GAE and the whole minibatch update each replayed
-   as one CUDA graph (tensordict's `CudaGraphModule`): one launch for all of its
-   kernels on a GPU;
+   GAE chunk and of the whole minibatch update; on a CPU with inductor's C++ wrapper;
+8. `--cudagraphs`: on a GPU the acting step, GAE and the whole minibatch update each
+   replayed as one CUDA graph (tensordict's `CudaGraphModule`), beside a copy of the
+   inputs into the graph's and a clone of each output; without CUDA the wrapper calls
+   the function after cloning every tensor argument (a copy per call, no gain);
 9. no `.item()` in the hot loop: but for the action handed to the environment (and
-   `--target-kl`'s check), statistics stay on the device until logging.
+   `--target-kl`'s check), statistics stay on the device until logging;
 10. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`),
-   so that it reproduces the run without it, for draws left out of the kernels' fusion;
-   on a GPU inductor's own generator stays on, fused, and draws other numbers.
+   outside its fused kernels, so that it reproduces the run without it; on a GPU
+   inductor's own generator, fused, draws other numbers.
 
 Each change from the eager script is tagged in its comment with its number here
 ([N]), so that `diff -u ppo_continuous_action.py ppo_continuous_action_torchcompile.py`
@@ -181,6 +179,47 @@ def make_envs(args: Args, run_name: str, num_envs: int | None = None) -> gym.vec
     return envs
 
 
+class Adam:
+    """[5] torch.optim.Adam's arithmetic (no weight decay, no amsgrad) written out over lists of tensors.
+
+    torch.optim's step() breaks a compiled graph on purpose (before and after it) and reads its step
+    count on the host; written out, torch.compile traces the step into the update's program, where
+    inductor fuses its element-wise work into a few loops, and a CUDA graph can replay it: the step
+    count, the learning rate and the bias corrections are device tensors."""
+
+    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps=1e-8):
+        self.params = list(params)
+        self.beta1, self.beta2, self.eps = betas[0], betas[1], eps
+        device = self.params[0].device
+        self.lr = torch.tensor(lr, device=device)
+        self.t = torch.zeros((), dtype=torch.float64, device=device)  # steps taken
+        # the bias corrections of the next step, 1 / (1 - beta1**t) and sqrt(1 - beta2**t), kept ready: the
+        # compiled loops over the weights read two numbers, where computed in the step they would recompute
+        # a power and a square root every few elements
+        self.inv_bias_correction1 = torch.tensor(1 / (1 - betas[0]), device=device)
+        self.bias_correction2_sqrt = torch.tensor((1 - betas[1]) ** 0.5, device=device)
+        self.exp_avg = [torch.zeros_like(p) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
+
+    @torch.no_grad()
+    def step(self, grads) -> None:
+        # one foreach call per operation over every tensor: in eager mode too a step is a few calls, not a few
+        # per weight (on a GPU a few kernels; on a CPU each call loops over the tensors inside)
+        torch._foreach_lerp_(self.exp_avg, grads, 1 - self.beta1)
+        torch._foreach_mul_(self.exp_avg_sq, self.beta2)
+        torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, 1 - self.beta2)
+        denom = torch._foreach_add(torch._foreach_div(torch._foreach_sqrt(self.exp_avg_sq), self.bias_correction2_sqrt),
+                                   self.eps)
+        steps = torch._foreach_div(self.exp_avg, denom)
+        torch._foreach_mul_(steps, -self.lr * self.inv_bias_correction1)
+        torch._foreach_add_(self.params, steps)
+        # the next step's bias corrections, in float64 as torch.optim computes them on the host (in float32,
+        # 1 - 0.999**t is off by about 1e-5 at the first steps)
+        self.t += 1
+        self.inv_bias_correction1.copy_(1 / (1 - self.beta1 ** (self.t + 1)))
+        self.bias_correction2_sqrt.copy_((1 - self.beta2 ** (self.t + 1)).sqrt())
+
+
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
@@ -226,7 +265,7 @@ class Agent(nn.Module):
 
 
 def gae_deltas(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
-    """[4] The per-step terms of GAE, all steps at once: A[t] = delta[t] + coef[t] * A[t + 1]."""
+    """The per-step terms of GAE, all steps at once: A[t] = delta[t] + coef[t] * A[t + 1]."""
     nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
     nextvalues = torch.cat([values[1:], next_value])
     delta = rewards + gamma * nextvalues * nextnonterminal - values
@@ -247,47 +286,6 @@ def chunk_size(num_steps: int, most: int = 64) -> int:
     return max(c for c in range(1, min(most, num_steps) + 1) if num_steps % c == 0)
 
 
-class Adam:
-    """[5] torch.optim.Adam's arithmetic (no weight decay, no amsgrad) written out over lists of tensors.
-
-    torch.optim's step() breaks a compiled graph on purpose (before and after it) and reads its step
-    count on the host; written out, torch.compile traces the step into the update's program, where
-    inductor fuses its element-wise work into a few loops, and a CUDA graph can replay it: the step
-    count, the learning rate and the bias corrections are device tensors."""
-
-    def __init__(self, params, lr: float, betas=(0.9, 0.999), eps=1e-8):
-        self.params = list(params)
-        self.beta1, self.beta2, self.eps = betas[0], betas[1], eps
-        device = self.params[0].device
-        self.lr = torch.tensor(lr, device=device)
-        self.t = torch.zeros((), dtype=torch.float64, device=device)  # steps taken
-        # the bias corrections of the next step, 1 / (1 - beta1**t) and sqrt(1 - beta2**t), kept ready: the
-        # compiled loops over the weights read two numbers, where computed in the step they would recompute
-        # a power and a square root every few elements
-        self.inv_bias_correction1 = torch.tensor(1 / (1 - betas[0]), device=device)
-        self.bias_correction2_sqrt = torch.tensor((1 - betas[1]) ** 0.5, device=device)
-        self.exp_avg = [torch.zeros_like(p) for p in self.params]
-        self.exp_avg_sq = [torch.zeros_like(p) for p in self.params]
-
-    @torch.no_grad()
-    def step(self, grads) -> None:
-        # one foreach call per operation over every tensor: in eager mode too a step is a few calls, not a few
-        # per weight (on a GPU a few kernels; on a CPU each call loops over the tensors inside)
-        torch._foreach_lerp_(self.exp_avg, grads, 1 - self.beta1)
-        torch._foreach_mul_(self.exp_avg_sq, self.beta2)
-        torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, 1 - self.beta2)
-        denom = torch._foreach_add(torch._foreach_div(torch._foreach_sqrt(self.exp_avg_sq), self.bias_correction2_sqrt),
-                                   self.eps)
-        steps = torch._foreach_div(self.exp_avg, denom)
-        torch._foreach_mul_(steps, -self.lr * self.inv_bias_correction1)
-        torch._foreach_add_(self.params, steps)
-        # the next step's bias corrections, in float64 as torch.optim computes them on the host (in float32,
-        # 1 - 0.999**t is off by about 1e-5 at the first steps)
-        self.t += 1
-        self.inv_bias_correction1.copy_(1 / (1 - self.beta1 ** (self.t + 1)))
-        self.bias_correction2_sqrt.copy_((1 - self.beta2 ** (self.t + 1)).sqrt())
-
-
 def main(args: Args) -> None:
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
@@ -300,6 +298,11 @@ def main(args: Args) -> None:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = harness.pick_device(args)  # CUDA if asked for and usable, else the CPU (saying why); CPU threads
+    if args.compile:
+        # [10] on the CPU compiled code draws its random numbers from torch's generator, as eager code does (the
+        # run without --compile reproduced), each draw a call of its own, outside the fused kernels; on a GPU
+        # inductor's own generator, fused into the kernels, draws other numbers
+        torch._inductor.config.fallback_random = device.type == "cpu"
 
     # env setup
     envs = make_envs(args, run_name)
@@ -307,60 +310,29 @@ def main(args: Args) -> None:
     # the network is built on the CPU and moved: the same initial weights, drawn from the CPU generator, on
     # any device
     agent = Agent(envs).to(device)
-    # [3] the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
-    with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
-        agent_inference = Agent(envs)
-    from_module(agent).data.to_module(agent_inference, preserve_module_state=False)
-    # [5] Adam written out (above), [6] its learning rate a tensor annealed in place: compiled code and CUDA
-    # graphs read its new value
     optimizer = Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
-    # ALGO Logic: Storage setup, [2] one TensorDict preallocated on the device
+    # ALGO Logic: Storage setup, [2] one TensorDict on the device, GAE's advantages and returns in it too
     rollout = TensorDict(
         obs=torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape),
         actions=torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape),
-        logprobs=torch.zeros((args.num_steps, args.num_envs)),
-        rewards=torch.zeros((args.num_steps, args.num_envs)),
-        dones=torch.zeros((args.num_steps, args.num_envs)),
-        values=torch.zeros((args.num_steps, args.num_envs)),
-        advantages=torch.zeros((args.num_steps, args.num_envs)),
-        returns=torch.zeros((args.num_steps, args.num_envs)),
-        batch_size=[args.num_steps, args.num_envs],
-        device=device,
+        **{key: torch.zeros((args.num_steps, args.num_envs))
+           for key in ("logprobs", "rewards", "dones", "values", "advantages", "returns")},
+        batch_size=[args.num_steps, args.num_envs], device=device,
     )
     # the flattened batch, made once: views of the rollout, which is written in place, so that the
     # update reads its minibatches from them by index, inside its program
     batch = rollout.view(-1)
-
     # rewards and done flags come from the environment on the host: staged there, a row per step, they
     # reach the device in one copy per iteration, not one small copy each per step
     rewards_host = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     dones_host = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     step_index = torch.zeros(1, dtype=torch.long, device=device)  # the rollout row the acting step writes
 
-    def act(obs):
-        """[2] The acting step: sample an action and write the step's observation, action, logprob and value
-        into the rollout, in place, at `step_index` (a device counter): [7] one program under --compile."""
-        action, logprob, _, value = agent_inference.get_action_and_value(obs)
-        for key, x in (("obs", obs), ("actions", action), ("logprobs", logprob), ("values", value.flatten())):
-            rollout[key].index_copy_(0, step_index, x.unsqueeze(0))
-        step_index.add_(1)
-        return action
-
-    chunk, gae_chunk_fn = chunk_size(args.num_steps), gae_chunk  # [4] compiled below with --compile [7]
-
-    # [4] GAE by chunks, bootstrapped from [3] the detached weights
-    def gae(rewards, values, dones, next_obs, next_done):
-        next_value = agent_inference.get_value(next_obs).reshape(1, -1)
-        delta, coef = gae_deltas(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
-        advantages, lastgaelam = torch.empty_like(delta), torch.zeros_like(delta[0])
-        for end in range(args.num_steps, 0, -chunk):  # from the last chunk back to the first
-            advantages[end - chunk:end], lastgaelam = gae_chunk_fn(delta[end - chunk:end], coef[end - chunk:end], lastgaelam)
-        return advantages, advantages + values
-
     def update(mb_inds):
-        """[5] One minibatch update, from its indices to the Adam step: [7] under --compile one program."""
-        mb = batch[mb_inds]  # the minibatch is gathered inside the update: one index per field ([7] fused)
+        """One minibatch update, from its indices into the flattened rollout (`batch`, by field): the losses,
+        their gradients and the Adam step. Returns the losses that are logged."""
+        mb = batch[mb_inds]  # [2] one index of the TensorDict gathers every field (compiled: inside the program)
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
         logratio = newlogprob - mb["logprobs"]
         ratio = logratio.exp()
@@ -369,7 +341,7 @@ def main(args: Args) -> None:
             # calculate approx_kl http://joschu.net/blog/kl-approx.html
             old_approx_kl = (-logratio).mean()
             approx_kl = ((ratio - 1) - logratio).mean()
-            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()  # [9] no .item(): left on the device
 
         mb_advantages = mb["advantages"]
         if args.norm_adv:
@@ -404,17 +376,46 @@ def main(args: Args) -> None:
         clip_coef = (args.max_grad_norm / (nn.utils.get_total_norm(grads) + 1e-6)).clamp(max=1.0)
         torch._foreach_mul_(grads, clip_coef)
         optimizer.step(grads)
-        return TensorDict(value_loss=v_loss.detach(), policy_loss=pg_loss.detach(), entropy=entropy_loss.detach(),
-                          old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
+        return dict(value_loss=v_loss.detach(), policy_loss=pg_loss.detach(), entropy=entropy_loss.detach(),
+                    old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
+
+    writer = harness.make_writer(args, run_name)
+    # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
+    progress = harness.Progress(args, writer, total=args.num_iterations * args.batch_size, start_step=0,
+                                warmup_steps=args.measure_after * args.batch_size)
+    episodic_return = float("nan")
+
+    # [3] the policy that acts and the value that bootstraps GAE read the trained weights, detached: no
+    # autograd bookkeeping, and no torch.no_grad() block around them
+    with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
+        agent_inference = Agent(envs)
+    from_module(agent).data.to_module(agent_inference, preserve_module_state=False)
+
+    def act(obs):
+        """[2] The acting step: sample an action and write the step's observation, action, logprob and value
+        into the rollout, in place, at `step_index` (a device counter): [7] one program under --compile."""
+        action, logprob, _, value = agent_inference.get_action_and_value(obs)
+        for key, x in (("obs", obs), ("actions", action), ("logprobs", logprob), ("values", value.flatten())):
+            rollout[key].index_copy_(0, step_index, x.unsqueeze(0))
+        step_index.add_(1)
+        return action
+
+    chunk, gae_chunk_fn = chunk_size(args.num_steps), gae_chunk  # [4] compiled below with --compile [7]
+
+    # [4] GAE by chunks, bootstrapped from [3] the detached weights
+    def gae(rewards, values, dones, next_obs, next_done):
+        next_value = agent_inference.get_value(next_obs).reshape(1, -1)
+        delta, coef = gae_deltas(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+        advantages, lastgaelam = torch.empty_like(delta), torch.zeros_like(delta[0])
+        for end in range(args.num_steps, 0, -chunk):  # from the last chunk back to the first
+            advantages[end - chunk:end], lastgaelam = gae_chunk_fn(delta[end - chunk:end], coef[end - chunk:end], lastgaelam)
+        return advantages, advantages + values
 
     if args.compile:  # [7]
-        # [10] on the CPU compiled code draws its random numbers from torch's generator, as eager
-        # code does (the run without --compile reproduced); on a GPU inductor's own, fused, draws others
-        torch._inductor.config.fallback_random = device.type == "cpu"
         if device.type == "cpu":
             # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated
-            # Python function, which cuts the fixed cost of each call of these small programs (on a GPU,
-            # --cudagraphs replays them as CUDA graphs instead)
+            # Python function, which cuts the fixed cost of each call of these small programs (chosen on one
+            # CPU's measurement, docs/speed_settings.md; on a GPU --cudagraphs cuts that cost instead)
             torch._inductor.config.cpp_wrapper = True
         # trace torch.autograd.grad into the compiled graph: the gather, forward, backward, clipping and
         # Adam step of a minibatch become one program, with no graph break and one guard check
@@ -424,18 +425,13 @@ def main(args: Args) -> None:
         update = torch.compile(update)
 
     if args.cudagraphs:
-        # [8] the acting step, GAE and the whole minibatch update each become one graph replay; the warm-up
-        # calls before the capture let compilation finish (without CUDA: called directly)
+        # [8] on a GPU the acting step, GAE and the whole minibatch update each become one graph replay (beside
+        # the copy of their inputs into the graph's and a clone of each output); the warm-up calls before the
+        # capture let compilation finish. Without CUDA: called directly, each tensor argument cloned first
         warmup = 4 if args.compile else 2
         act = CudaGraphModule(act, warmup=warmup)
         gae = CudaGraphModule(gae, warmup=warmup)
         update = CudaGraphModule(update, warmup=warmup)
-
-    writer = harness.make_writer(args, run_name)
-    # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
-    progress = harness.Progress(args, writer, total=args.num_iterations * args.batch_size, start_step=0,
-                                warmup_steps=args.measure_after * args.batch_size)
-    episodic_return = float("nan")
 
     # TRY NOT TO MODIFY: start the game
     global_step = 0
@@ -450,14 +446,14 @@ def main(args: Args) -> None:
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.lr.copy_(frac * args.learning_rate)  # [6] in place: no recompilation
+            lrnow = frac * args.learning_rate
+            optimizer.lr.copy_(lrnow)  # [6] in place: compiled code and CUDA graphs read it, no recompilation
 
-        step_index.zero_()  # [2] the row `act` writes next: a device counter, so the compiled step takes no int
         for step in range(0, args.num_steps):
             global_step += args.num_envs
             dones_host[step] = next_done  # [2] staged on the host, copied to the device once per iteration
 
-            # ALGO LOGIC: action logic ([2] the step's writes into the rollout are in `act`; [3] detached weights)
+            # ALGO LOGIC: action logic ([2] the step's writes into the rollout are in `act`)
             action = act(next_obs)
 
             # TRY NOT TO MODIFY: execute the game and log data.
@@ -484,34 +480,33 @@ def main(args: Args) -> None:
         advantages, returns = gae(rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done_t)
         rollout["advantages"].copy_(advantages)  # [2] in place: the flattened batch's views see them
         rollout["returns"].copy_(returns)
+        step_index.zero_()  # [2] the row `act` writes next: a device counter, so the compiled step takes no int
 
         # Optimizing the policy and value network
-        stats = []  # [9] each minibatch's statistics, left on the device until logging (no .item() here)
+        clipfracs = []
         for epoch in range(args.update_epochs):
-            # a torch permutation (CleanRL shuffles with numpy): the eager and optimized scripts draw the same one
+            # a torch permutation (CleanRL shuffles with numpy): on the CPU the eager and optimized scripts draw
+            # the same one
             b_inds = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 end = start + args.minibatch_size
-                # [5] the whole minibatch update in one call, from its indices (it gathers its minibatch itself)
-                stats.append(update(b_inds[start:end]))
+                mb_inds = b_inds[start:end]
+                out = update(mb_inds)
+                clipfracs.append(out["clipfrac"])
 
-            if args.target_kl is not None and stats[-1]["approx_kl"] > args.target_kl:  # [9] a host sync, opt-in
+            if args.target_kl is not None and out["approx_kl"] > args.target_kl:  # [9] a host sync, opt-in
                 break
 
-        # [9] the reads of device values but the action (and --target-kl's check), once per iteration
-        last = stats[-1]
         y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
-        # [6] the learning rate is a tensor (annealed in place): read here, at logging, only
+        # [9] the device values read back here, once per iteration: the learning rate (a tensor, annealed in
+        # place) and the losses of the last minibatch, the clip fraction averaged over all of them
         writer.add_scalar("charts/learning_rate", optimizer.lr.item(), global_step)
-        harness.log_losses(writer, dict(value_loss=last["value_loss"], policy_loss=last["policy_loss"],
-                                        entropy=last["entropy"], old_approx_kl=last["old_approx_kl"],
-                                        approx_kl=last["approx_kl"],
-                                        clipfrac=torch.stack([s["clipfrac"] for s in stats]).mean(),
-                                        explained_variance=explained_var), global_step)
+        harness.log_losses(writer, out | dict(clipfrac=torch.stack(clipfracs).mean(), explained_variance=explained_var),
+                           global_step)
         progress.log(global_step, episodic_return)
     progress.close()
 

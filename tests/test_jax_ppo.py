@@ -20,6 +20,7 @@ jax = pytest.importorskip("jax", reason="the JAX twins need the JAX extra: "
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 import torch  # noqa: E402
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook  # noqa: E402
 import tyro  # noqa: E402
 from helpers import (assert_same_numbers_twice, check_flag_run, learns_and_plays_back, load_script,  # noqa: E402
                      PPO_LOSSES, with_flag)
@@ -85,44 +86,48 @@ BATCH_NAMES = ("rewards", "values", "dones", "next_obs", "next_value", "next_don
 
 def record_eager_update(monkeypatch, tmp_path, script: str, *flags: str, perms=None) -> dict:
     """Run the eager script's main() in this process, with hooks that record what it computes: its
-    Agent's initial weights (when its Adam is built), its permutations (torch.randperm; or, given
+    Agent's initial weights (before its first optimizer step), its permutations (torch.randperm; or, given
     `perms`, those, handed out in order instead of drawn), and at each optimizer step the losses it just
-    computed, read from main()'s own frame, and the parameters after the step; at the first step of each
-    iteration, the rollout batch, its GAE inputs and output and the learning rate (`record["iterations"]`;
-    the first one's batch is also `record["batch"]`)."""
+    computed, read from the frame that computed them (its update function's, or main()'s own), and the
+    parameters after the step; at the first step of each iteration, the rollout batch (main()'s `b_*` tensors,
+    or the fields of its `batch` dict, as `b_<field>`), its GAE inputs and output and the learning rate
+    (`record["iterations"]`; the first one's batch is also `record["batch"]`). The steps are seen through
+    torch.optim's global step hooks, whichever way the script names its Adam."""
     module = load_script(script)
     record = {"perms": [], "steps": [], "iterations": []}
 
-    def main_frame():
+    def frame_with(name):  # the locals of the innermost caller that holds `name` (main() holds "iteration")
         frame = sys._getframe(1)
-        while frame.f_code.co_name != "main":
+        while name not in frame.f_locals:
             frame = frame.f_back
         return frame.f_locals
 
-    class RecordingAdam(torch.optim.Adam):
-        def __init__(self, params, **kwargs):
-            record["agent"] = main_frame()["agent"]
+    def before_step(optimizer, args, kwargs):
+        local = frame_with("iteration")
+        if "agent" not in record:  # no step taken yet: the initial weights
+            record["agent"] = local["agent"]
             record["init"] = {k: v.detach().clone() for k, v in record["agent"].state_dict().items()}
-            super().__init__(params, **kwargs)
+        if not record["iterations"] or record["iterations"][-1]["iteration"] != local["iteration"]:
+            batch = {name: local[name].detach().clone() for name in local
+                     if name.startswith("b_") or name in BATCH_NAMES}
+            if isinstance(local.get("batch"), dict):
+                batch.update({f"b_{name}": x.detach().clone() for name, x in local["batch"].items()})
+            record["iterations"].append(dict(iteration=local["iteration"], lr=optimizer.param_groups[0]["lr"],
+                                             batch=batch))
+        if not record["steps"]:
+            record["writer"], record["lr"] = local["writer"], optimizer.param_groups[0]["lr"]
+            record["batch"] = record["iterations"][0]["batch"]
+        where = frame_with("pg_loss")
+        losses = {name: float(where[name].detach()) for name in ("loss", "pg_loss", "v_loss", "entropy_loss",
+                                                                 "old_approx_kl", "approx_kl")}
+        # this minibatch's: computed by its update function, or appended by main() just before the step
+        losses["clipfrac"] = where["clipfrac"] if "clipfrac" in where else where["clipfracs"][-1]
+        record["pending"] = dict(losses, mb_inds=frame_with("mb_inds")["mb_inds"].clone())
 
-        def step(self, closure=None):
-            local = main_frame()
-            if not record["iterations"] or record["iterations"][-1]["iteration"] != local["iteration"]:
-                batch = {name: local[name].detach().clone() for name in local
-                         if name.startswith("b_") or name in BATCH_NAMES}
-                record["iterations"].append(dict(iteration=local["iteration"], lr=self.param_groups[0]["lr"],
-                                                 batch=batch))
-            if not record["steps"]:
-                record["writer"], record["lr"] = local["writer"], self.param_groups[0]["lr"]
-                record["batch"] = record["iterations"][0]["batch"]
-            losses = {name: float(local[name].detach()) for name in ("loss", "pg_loss", "v_loss", "entropy_loss",
-                                                             "old_approx_kl", "approx_kl")}
-            losses["clipfrac"] = local["clipfracs"][-1]  # this minibatch's, appended just before the step
-            out = super().step(closure)
-            params = {k: v.detach().clone() for k, v in record["agent"].state_dict().items()}
-            record["steps"].append(dict(losses, mb_inds=local["mb_inds"].clone(), params=params))
-            record["iterations"][-1]["params"] = params  # after the iteration's last step, in the end
-            return out
+    def after_step(optimizer, args, kwargs):
+        params = {k: v.detach().clone() for k, v in record["agent"].state_dict().items()}
+        record["steps"].append(dict(record.pop("pending"), params=params))
+        record["iterations"][-1]["params"] = params  # after the iteration's last step, in the end
 
     randperm, given = torch.randperm, iter(perms or [])
 
@@ -131,10 +136,14 @@ def record_eager_update(monkeypatch, tmp_path, script: str, *flags: str, perms=N
         record["perms"].append(perm.clone())
         return perm
 
-    monkeypatch.setattr(torch.optim, "Adam", RecordingAdam)
     monkeypatch.setattr(torch, "randperm", recording_randperm)
     monkeypatch.chdir(tmp_path)
-    module.main(tyro.cli(module.Args, args=list(flags)))
+    hooks = [register_optimizer_step_pre_hook(before_step), register_optimizer_step_post_hook(after_step)]
+    try:
+        module.main(tyro.cli(module.Args, args=list(flags)))
+    finally:
+        for hook in hooks:
+            hook.remove()
     record.pop("writer").close()  # here, in its run folder's parent (its atexit close would write elsewhere)
     return record
 

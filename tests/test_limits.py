@@ -4,6 +4,7 @@ steps the environments is environment time, the lines that log losses are loggin
 passes are update time; frames inside a library decide first. And, where py-spy is installed (in the README's
 install, requirements-all.txt), one short run sampled from outside as the study samples it."""
 
+import ast
 import re
 import shutil
 
@@ -19,8 +20,9 @@ SCRIPTS = [name for eager in PAIRS.values() for name in (eager, f"{eager}_torchc
 
 
 def lines_matching(main: Main, pattern: str) -> list[int]:
-    """Lines of main() (not of its closures) whose statement matches."""
-    return [n for n, path in main.paths.items() if n == path[-1].lineno and re.search(pattern, main.text(path[-1]))]
+    """Lines of main() (not of its closures, whose own lines are sampled in their frames) whose statement matches."""
+    return [n for n, path in main.paths.items() if n == path[-1].lineno and re.search(pattern, main.text(path[-1]))
+            and not isinstance(path[-1], (ast.FunctionDef, ast.ClassDef))]
 
 
 def category(script: str, main: Main, line: int, inner: tuple[str, ...] = ()) -> str:
@@ -36,15 +38,16 @@ def test_a_sample_goes_where_main_was(script):
     assert {category(script, main, n) for n in steps} == {expected}
     losses = lines_matching(main, r"harness\.log_losses\(")
     assert losses and {category(script, main, n) for n in losses} == {"logging"}
-    if script in PAIRS.values():  # CleanRL's layout: the update is written out in main()
-        backward = lines_matching(main, r"\.backward\(\)")
-        assert backward and {category(script, main, n) for n in backward} == {"update"}
-    if script not in PAIRS.values():  # the optimized and JAX twins call their updates as functions (compiled,
-        # jitted; the JAX DQN twins' buffer writes fused in): every such call is update time, and there is one
-        updates = lines_matching(main, r"(?<![\w.])(?<!def )(update\w*|updates\[[^\]]*\]|train_step)\(")
+    # the update: written out in main() (CleanRL's layout: its backward pass there), or called as a function (the
+    # optimized and JAX twins: compiled, jitted, the JAX DQN twins' buffer writes fused in; an eager script shaped
+    # as its twin): every such line is update time, and there is one
+    backward = lines_matching(main, r"\.backward\(\)") if script in PAIRS.values() else []
+    updates = lines_matching(main, r"(?<![\w.])(?<!def )(update\w*|updates\[[^\]]*\]|train_step)\(")
+    if script not in PAIRS.values():
         assert updates, "no call of the update was found in main()"
-        assert {category(script, main, n) for n in updates} == {"update"}, \
-            {main.lines[n - 1].strip(): category(script, main, n) for n in updates}
+    assert backward or updates, "no update was found in main(): neither its backward pass nor a call of it"
+    assert {category(script, main, n) for n in backward + updates} == {"update"}, \
+        {main.lines[n - 1].strip(): category(script, main, n) for n in backward + updates}
     # a library's frame decides, wherever main() was
     first = steps[0]
     assert category(script, main, losses[0], ("step (gymnasium/core.py:300)",)) == "environment"
