@@ -10,7 +10,9 @@ and computes the same function, the Atari rollout (envpool's XLA interface, insi
 host stepping does, the continuous twin learns InvertedPendulum as its eager pair does, and the Atari twin
 learns 20 iterations of Seaquest."""
 
+import os
 import sys
+from collections import ChainMap
 
 import numpy as np
 import pytest
@@ -87,40 +89,53 @@ def record_eager_update(monkeypatch, tmp_path, script: str, *flags: str, perms=N
     """Run the eager script's main() in this process, with hooks that record what it computes: its
     Agent's initial weights (when its Adam is built), its permutations (torch.randperm; or, given
     `perms`, those, handed out in order instead of drawn), and at each optimizer step the losses it just
-    computed, read from main()'s own frame, and the parameters after the step; at the first step of each
-    iteration, the rollout batch, its GAE inputs and output and the learning rate (`record["iterations"]`;
-    the first one's batch is also `record["batch"]`)."""
+    computed, read from the script's own frames (its update function's, where main() calls one, then main()'s),
+    and the parameters after the step; at the first step of each iteration, the rollout batch (main()'s `b_*`
+    tensors, or the fields of its `batch` dict as `b_<field>`), its GAE inputs and output and the learning rate
+    (`record["iterations"]`; the first one's batch is also `record["batch"]`)."""
     module = load_script(script)
     record = {"perms": [], "steps": [], "iterations": []}
 
-    def main_frame():
-        frame = sys._getframe(1)
-        while frame.f_code.co_name != "main":
+    def script_frames() -> ChainMap:
+        """The locals of the script's running frames, nearest first, up to main()'s (the last map)."""
+        frame, found = sys._getframe(1), []
+        while frame is not None:
+            if os.path.basename(frame.f_code.co_filename) == f"{script}.py":
+                found.append(frame.f_locals)
+                if frame.f_code.co_name == "main":
+                    return ChainMap(*found)
             frame = frame.f_back
-        return frame.f_locals
+        raise AssertionError(f"no main() of {script}.py is running")
+
+    def batch_of(main) -> dict:
+        batch = {name: main[name].detach().clone() for name in main if name.startswith("b_") or name in BATCH_NAMES}
+        batch.update({f"b_{name}": x.detach().clone() for name, x in main.get("batch", {}).items()})
+        if "b_dones" in batch and "b_valid" not in batch:  # Atari's mask of the transitions, as the update makes it
+            batch["b_valid"] = 1.0 - batch["b_dones"]
+        return batch
 
     class RecordingAdam(torch.optim.Adam):
         def __init__(self, params, **kwargs):
-            record["agent"] = main_frame()["agent"]
+            record["agent"] = script_frames().maps[-1]["agent"]
             record["init"] = {k: v.detach().clone() for k, v in record["agent"].state_dict().items()}
             super().__init__(params, **kwargs)
 
         def step(self, closure=None):
-            local = main_frame()
-            if not record["iterations"] or record["iterations"][-1]["iteration"] != local["iteration"]:
-                batch = {name: local[name].detach().clone() for name in local
-                         if name.startswith("b_") or name in BATCH_NAMES}
-                record["iterations"].append(dict(iteration=local["iteration"], lr=self.param_groups[0]["lr"],
-                                                 batch=batch))
+            local = script_frames()
+            main = local.maps[-1]
+            if not record["iterations"] or record["iterations"][-1]["iteration"] != main["iteration"]:
+                record["iterations"].append(dict(iteration=main["iteration"], lr=self.param_groups[0]["lr"],
+                                                 batch=batch_of(main)))
             if not record["steps"]:
-                record["writer"], record["lr"] = local["writer"], self.param_groups[0]["lr"]
+                record["writer"], record["lr"] = main["writer"], self.param_groups[0]["lr"]
                 record["batch"] = record["iterations"][0]["batch"]
             losses = {name: float(local[name].detach()) for name in ("loss", "pg_loss", "v_loss", "entropy_loss",
                                                              "old_approx_kl", "approx_kl")}
-            losses["clipfrac"] = local["clipfracs"][-1]  # this minibatch's, appended just before the step
+            # this minibatch's: the update's own, or the last of main()'s list, appended just before the step
+            losses["clipfrac"] = float(local["clipfrac"]) if "clipfrac" in local else main["clipfracs"][-1]
             out = super().step(closure)
             params = {k: v.detach().clone() for k, v in record["agent"].state_dict().items()}
-            record["steps"].append(dict(losses, mb_inds=local["mb_inds"].clone(), params=params))
+            record["steps"].append(dict(losses, mb_inds=main["mb_inds"].clone(), params=params))
             record["iterations"][-1]["params"] = params  # after the iteration's last step, in the end
             return out
 
