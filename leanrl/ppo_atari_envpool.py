@@ -195,6 +195,7 @@ class Agent(nn.Module):
 
 
 def masked_mean(x, mask, count):
+    """The mean of x over the entries where mask is 1, `count` of them."""
     return (x * mask).sum() / count
 
 
@@ -237,14 +238,10 @@ def main(args: Args) -> None:
     episode_stats = EpisodeStats(args.num_envs)
 
     # ALGO Logic: Storage setup: the rollout's fields, by name (flattened into the batch, cut into minibatches)
-    rollout = dict(
-        obs=torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=torch.uint8).to(device),
-        actions=torch.zeros((args.num_steps, args.num_envs), dtype=torch.long).to(device),  # integers, as sampled
-        logprobs=torch.zeros((args.num_steps, args.num_envs)).to(device),
-        rewards=torch.zeros((args.num_steps, args.num_envs)).to(device),
-        dones=torch.zeros((args.num_steps, args.num_envs)).to(device),
-        values=torch.zeros((args.num_steps, args.num_envs)).to(device),
-    )
+    shape = (args.num_steps, args.num_envs)
+    rollout = {key: torch.zeros(shape).to(device) for key in ("logprobs", "rewards", "dones", "values")}
+    rollout["obs"] = torch.zeros(shape + envs.single_observation_space.shape, dtype=torch.uint8).to(device)
+    rollout["actions"] = torch.zeros(shape, dtype=torch.long).to(device)  # integers, as sampled
 
     def update(mb):
         """One minibatch update (`mb`: the batch's fields at the minibatch's indices); returns its logged losses."""
@@ -277,11 +274,7 @@ def main(args: Args) -> None:
         newvalue = newvalue.view(-1)
         if args.clip_vloss:
             v_loss_unclipped = (newvalue - mb["returns"]) ** 2
-            v_clipped = mb["values"] + torch.clamp(
-                newvalue - mb["values"],
-                -args.clip_coef,
-                args.clip_coef,
-            )
+            v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -args.clip_coef, args.clip_coef)
             v_loss_clipped = (v_clipped - mb["returns"]) ** 2
             v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
             v_loss = 0.5 * masked_mean(v_loss_max, mb_valid, n_valid)
@@ -315,8 +308,7 @@ def main(args: Args) -> None:
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            lrnow = frac * args.learning_rate
-            optimizer.param_groups[0]["lr"] = lrnow
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
         for step in range(0, args.num_steps):
             global_step += args.num_envs
@@ -371,9 +363,8 @@ def main(args: Args) -> None:
         var_y = np.var(y_true) if len(y_true) else 0.0
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        # TRY NOT TO MODIFY: record rewards for plotting purposes
+        # TRY NOT TO MODIFY: record rewards for plotting purposes (the last minibatch's losses, the mean clip fraction)
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        # the last minibatch's losses, the clip fraction over all of them
         harness.log_losses(writer, dict(losses, clipfrac=np.mean(clipfracs), explained_variance=explained_var), global_step)
         progress.log(global_step, episodic_return)
     progress.close()
