@@ -17,7 +17,7 @@ saves:
    dozen or so small ops per time step, and compiles once whatever the rollout length;
 5. the learning rate lives in a tensor annealed in place: no recompilation;
 6. the minibatch update takes its gradients from `torch.autograd.grad` (nothing to zero)
-   and clips them and steps Adam written out over tensors (`Adam` below): nothing in it
+   and clips them and steps Adam written out over tensors (the `Adam` class): nothing in it
    breaks a compiled graph, so that the update, up to the Adam step, can be one program;
 7. `--compile`: `torch.compile` of the acting step, of the GAE chunk and of the whole
    minibatch update (loss, backward, gradient clipping, Adam step), each one graph; on
