@@ -48,16 +48,17 @@ def matmul(threads: int):
 
 def atari_forward_backward(channels_last: bool, frames: int):
     m = load_script("ppo_atari_envpool_torchcompile")
-    agent = m.Agent(m.make_envs(m.Args(env_id="Breakout-v5"), num_envs=1))
+    agent = m.Agent(m.make_envs(m.Args(env_id="Breakout-v5"), num_envs=1))  # built channels-last, as the script's
     x = torch.randint(0, 256, (frames, 4, 84, 84), dtype=torch.uint8)
     if channels_last:
-        agent = agent.to(memory_format=torch.channels_last)
         prepare = m.Agent.frames  # what the script does: channels-last floats
 
         def call():
             hidden = agent.network(prepare(x))
             (agent.actor(hidden).sum() + agent.critic(hidden).sum()).backward()
     else:
+        agent = agent.to(memory_format=torch.contiguous_format)
+
         def call():
             hidden = agent.network(x.float() / 255.0)
             (agent.actor(hidden).sum() + agent.critic(hidden).sum()).backward()

@@ -3,9 +3,9 @@
 CleanRL's algorithm and defaults: the Nature-CNN agent on envpool's preprocessed
 frames (84x84 grey, frame stack 4, episodic life, clipped rewards), GAE, clipped
 surrogate and value losses, advantage normalization, learning-rate annealing and
-gradient clipping. Read it next to `ppo_atari_envpool_torchcompile.py`, which learns
-the same thing faster; on the CPU the two draw the same random numbers, so their
-runs can be compared number for number.
+gradient clipping. Read it next to `ppo_atari_envpool_torchcompile.py`, its optimized
+twin: on the CPU the two draw the same random numbers, and their runs agree up to the
+rounding of the twin's kernels (the tests compare them within a tolerance).
 
 How it differs from CleanRL's `ppo_atari_envpool.py`:
 - envpool resets an environment on the step *after* it reports done (a lost life
@@ -171,11 +171,15 @@ class Agent(nn.Module):
         self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
+    @staticmethod
+    def frames(x):
+        return x / 255.0  # the uint8 frames as floats in [0, 1]
+
     def get_value(self, x):
-        return self.critic(self.network(x / 255.0))
+        return self.critic(self.network(self.frames(x)))
 
     def get_action_and_value(self, x, action=None):
-        hidden = self.network(x / 255.0)
+        hidden = self.network(self.frames(x))
         logits = self.actor(hidden)
         probs = Categorical(logits=logits)
         if action is None:
@@ -184,6 +188,7 @@ class Agent(nn.Module):
 
 
 def masked_mean(x, mask, count):
+    """The mean of x over the entries where mask is 1, `count` of them."""
     return (x * mask).sum() / count
 
 
@@ -225,13 +230,59 @@ def main(args: Args) -> None:
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     episode_stats = EpisodeStats(args.num_envs)
 
-    # ALGO Logic: Storage setup
-    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=torch.uint8).to(device)
-    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape).to(device)
-    logprobs = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    values = torch.zeros((args.num_steps, args.num_envs)).to(device)
+    # ALGO Logic: Storage setup: the rollout's fields, by name (flattened into the batch, cut into minibatches)
+    shape = (args.num_steps, args.num_envs)
+    rollout = {key: torch.zeros(shape).to(device) for key in ("logprobs", "rewards", "dones", "values")}
+    rollout["obs"] = torch.zeros(shape + envs.single_observation_space.shape, dtype=torch.uint8).to(device)
+    rollout["actions"] = torch.zeros(shape, dtype=torch.long).to(device)  # integers, as sampled
+
+    def update(mb):
+        """One minibatch update (`mb`: the batch's fields at the minibatch's indices); returns its logged losses."""
+        _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
+        logratio = newlogprob - mb["logprobs"]
+        ratio = logratio.exp()
+        # envpool resets an env on the step after it was done (dones[t]): that step ignored the
+        # action and is no transition, so it is left out of the losses
+        mb_valid = 1.0 - mb["dones"]
+        n_valid = mb_valid.sum().clamp(min=1.0)
+
+        with torch.no_grad():
+            # calculate approx_kl http://joschu.net/blog/kl-approx.html
+            old_approx_kl = masked_mean(-logratio, mb_valid, n_valid)
+            approx_kl = masked_mean((ratio - 1) - logratio, mb_valid, n_valid)
+            clipfrac = masked_mean(((ratio - 1.0).abs() > args.clip_coef).float(), mb_valid, n_valid)
+
+        mb_advantages = mb["advantages"]
+        if args.norm_adv:
+            mean = masked_mean(mb_advantages, mb_valid, n_valid)
+            std = (((mb_advantages - mean) ** 2 * mb_valid).sum() / (n_valid - 1).clamp(min=1.0)).sqrt()
+            mb_advantages = (mb_advantages - mean) / (std + 1e-8)
+
+        # Policy loss
+        pg_loss1 = -mb_advantages * ratio
+        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+        pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), mb_valid, n_valid)
+
+        # Value loss
+        newvalue = newvalue.view(-1)
+        if args.clip_vloss:
+            v_loss_unclipped = (newvalue - mb["returns"]) ** 2
+            v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -args.clip_coef, args.clip_coef)
+            v_loss_clipped = (v_clipped - mb["returns"]) ** 2
+            v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
+            v_loss = 0.5 * masked_mean(v_loss_max, mb_valid, n_valid)
+        else:
+            v_loss = 0.5 * masked_mean((newvalue - mb["returns"]) ** 2, mb_valid, n_valid)
+
+        entropy_loss = masked_mean(entropy, mb_valid, n_valid)
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        optimizer.step()
+        return dict(value_loss=v_loss.detach(), policy_loss=pg_loss.detach(), entropy=entropy_loss.detach(),
+                    old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
 
     writer = harness.make_writer(args, run_name)
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
@@ -250,25 +301,24 @@ def main(args: Args) -> None:
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            lrnow = frac * args.learning_rate
-            optimizer.param_groups[0]["lr"] = lrnow
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
         for step in range(0, args.num_steps):
             global_step += args.num_envs
-            obs[step] = next_obs
-            dones[step] = next_done
+            rollout["obs"][step] = next_obs
+            rollout["dones"][step] = next_done
 
             # ALGO LOGIC: action logic
             with torch.no_grad():
                 action, logprob, _, value = agent.get_action_and_value(next_obs)
-                values[step] = value.flatten()
-            actions[step] = action
-            logprobs[step] = logprob
+                rollout["values"][step] = value.flatten()
+            rollout["actions"][step] = action
+            rollout["logprobs"][step] = logprob
 
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
             next_done = np.logical_or(terminations, truncations)
-            rewards[step] = torch.tensor(reward).to(device).view(-1)
+            rollout["rewards"][step] = torch.tensor(reward).to(device).view(-1)
             next_obs, next_done = torch.as_tensor(next_obs).to(device), torch.Tensor(next_done).to(device)
 
             for _, episodic_return, episodic_length in episode_stats.update(infos, terminations, truncations):
@@ -277,91 +327,38 @@ def main(args: Args) -> None:
             progress.update(args.num_envs)
 
         # bootstrap value if not done
+        rewards, values, dones = rollout["rewards"], rollout["values"], rollout["dones"]
         with torch.no_grad():
             next_value = agent.get_value(next_obs).reshape(1, -1)
             advantages = compute_gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
             returns = advantages + values
 
-        # flatten the batch
-        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
-        # envpool resets an env on the step after it was done (dones[t]): that step ignored the
-        # action and is no transition, so it is left out of the losses
-        b_valid = 1.0 - dones.reshape(-1)
-        b_logprobs = logprobs.reshape(-1)
-        b_actions = actions.reshape((-1,) + envs.single_action_space.shape)
-        b_advantages = advantages.reshape(-1)
-        b_returns = returns.reshape(-1)
-        b_values = values.reshape(-1)
+        # flatten the batch: each field, (steps, envs, ...) -> (steps x envs, ...)
+        batch = {key: x.flatten(0, 1) for key, x in dict(rollout, advantages=advantages, returns=returns).items()}
 
         # Optimizing the policy and value network
         clipfracs = []
         for epoch in range(args.update_epochs):
-            # a torch permutation (CleanRL shuffles with numpy): the eager and optimized scripts draw the same one
+            # a torch permutation (CleanRL's is numpy's): on the CPU the eager and optimized scripts draw the same one
             b_inds = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 end = start + args.minibatch_size
                 mb_inds = b_inds[start:end]
+                losses = update({key: x[mb_inds] for key, x in batch.items()})
+                clipfracs += [losses["clipfrac"].item()]
 
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions.long()[mb_inds])
-                logratio = newlogprob - b_logprobs[mb_inds]
-                ratio = logratio.exp()
-                mb_valid = b_valid[mb_inds]
-                n_valid = mb_valid.sum().clamp(min=1.0)
-
-                with torch.no_grad():
-                    # calculate approx_kl http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = masked_mean(-logratio, mb_valid, n_valid)
-                    approx_kl = masked_mean((ratio - 1) - logratio, mb_valid, n_valid)
-                    clipfracs += [masked_mean(((ratio - 1.0).abs() > args.clip_coef).float(), mb_valid, n_valid).item()]
-
-                mb_advantages = b_advantages[mb_inds]
-                if args.norm_adv:
-                    mean = masked_mean(mb_advantages, mb_valid, n_valid)
-                    std = (((mb_advantages - mean) ** 2 * mb_valid).sum() / (n_valid - 1).clamp(min=1.0)).sqrt()
-                    mb_advantages = (mb_advantages - mean) / (std + 1e-8)
-
-                # Policy loss
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), mb_valid, n_valid)
-
-                # Value loss
-                newvalue = newvalue.view(-1)
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(
-                        newvalue - b_values[mb_inds],
-                        -args.clip_coef,
-                        args.clip_coef,
-                    )
-                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                    v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
-                    v_loss = 0.5 * masked_mean(v_loss_max, mb_valid, n_valid)
-                else:
-                    v_loss = 0.5 * masked_mean((newvalue - b_returns[mb_inds]) ** 2, mb_valid, n_valid)
-
-                entropy_loss = masked_mean(entropy, mb_valid, n_valid)
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                optimizer.step()
-
-            if args.target_kl is not None and approx_kl > args.target_kl:
+            if args.target_kl is not None and losses["approx_kl"] > args.target_kl:
                 break
 
         # over the transitions only, as the losses: envpool's reset steps are left out
-        kept = (b_valid).cpu().numpy() > 0
-        y_pred, y_true = b_values.cpu().numpy()[kept], b_returns.cpu().numpy()[kept]
+        kept = (1.0 - batch["dones"]).cpu().numpy() > 0
+        y_pred, y_true = batch["values"].cpu().numpy()[kept], batch["returns"].cpu().numpy()[kept]
         var_y = np.var(y_true) if len(y_true) else 0.0
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        # TRY NOT TO MODIFY: record rewards for plotting purposes
+        # TRY NOT TO MODIFY: record rewards for plotting purposes (the last minibatch's losses, the mean clip fraction)
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        harness.log_losses(writer, dict(value_loss=v_loss, policy_loss=pg_loss, entropy=entropy_loss,
-                                        old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=np.mean(clipfracs),
-                                        explained_variance=explained_var), global_step)
+        harness.log_losses(writer, dict(losses, clipfrac=np.mean(clipfracs), explained_variance=explained_var), global_step)
         progress.log(global_step, episodic_return)
     progress.close()
 

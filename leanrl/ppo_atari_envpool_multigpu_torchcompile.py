@@ -2,31 +2,35 @@
 
 The algorithm, defaults and distributed scheme of `ppo_atari_envpool_multigpu.py`
 (each rank its own envs, identical starting weights, gradients averaged across ranks
-before each optimizer step), with the optimizations of
-`ppo_atari_envpool_torchcompile.py`; `--compile` and `--cudagraphs` keep their meaning.
-What changes against the eager multi-process script:
+before each optimizer step), and on the CPU each rank's random-number stream, with the
+optimizations of `ppo_atari_envpool_torchcompile.py`; `--compile` and `--cudagraphs`
+keep their meaning. What changes against the eager multi-process script:
 
-1. the rollout is a TensorDict preallocated on the training device (frames as uint8,
-   as in the eager script), written in place at each step, each array from the
-   environment copied to it once; a minibatch is one index of it;
-2. frames and convolutions in the channels-last layout, which oneDNN's CPU convolutions
-   run fastest;
-3. the categorical policy is written out (no Distribution object and its checks);
-4. the policy that acts (and the bootstrap value) runs the trained weights detached,
-   in a weightless copy;
-5. GAE runs as a reverse scan over fixed-size chunks, its per-step terms computed for
-   all steps at once; under `--compile` a chunk compiles once per chunk shape;
-6. the learning rate lives in a tensor annealed in place (no recompilation), in
-   torch's fused Adam: one call per step over every weight, capturable in a CUDA graph;
-7. each minibatch update is one function (zero_grad, forward and backward, the
-   gradient all-reduce, clipping, the optimizer step); the all-reduce stays outside
-   the compiled loss and backward: one all-reduce of all gradients, flattened, then
-   one fused copy back (`torch._foreach_copy_`) instead of a copy per tensor;
+1. frames and convolution weights in the channels-last layout, a choice rather than a
+   rule: on the CPU, oneDNN ran this network's forward and backward faster so on the one
+   CPU measured (docs/optimizations.md); on CUDA it follows NVIDIA's guidance, unmeasured
+   here: torch runs float32 convolutions on tensor cores (TF32, its default), whose cuDNN
+   kernels work in this layout (other layouts are transposed around them);
+2. the categorical policy is written out (no Distribution object and its checks);
+3. the policy that acts runs the trained weights detached, in a weightless copy: no
+   `torch.no_grad()` block around each step;
+4. GAE runs as a reverse scan over fixed-size chunks, its per-step terms computed for
+   all steps at once: under `--compile` a compiled chunk replaces the eager loop's
+   dozen or so small ops per time step, and compiles once whatever the rollout length;
+5. the learning rate lives in a tensor annealed in place: no recompilation;
+6. torch's fused Adam: one call per step over every weight, its state on the device,
+   capturable in a CUDA graph;
+7. the gradients' average: the eager script's one all-reduce of all of them, flattened,
+   then divided in place and copied back with one fused `torch._foreach_copy_` instead
+   of a copy per tensor, outside the compiled loss and backward;
 8. `--compile`: `torch.compile` of the acting step, of the GAE chunk and of the
-   minibatch loss with its backward pass (the fused optimizer step stays eager);
-9. `--cudagraphs` (NCCL on CUDA): the acting step, GAE and the whole minibatch
-   update, all-reduce included, replayed as CUDA graphs; a watched collective after
-   the updates keeps `--dist-timeout` (see `heartbeat` after the update loop);
+   minibatch loss with its backward pass (the all-reduce and the fused optimizer step
+   stay eager); on the CPU with inductor's C++ wrapper (kernels called from C++);
+9. `--cudagraphs` (NCCL on CUDA): the acting step, GAE and the whole minibatch update,
+   all-reduce included, each replayed as a CUDA graph (tensordict's `CudaGraphModule`: a
+   replay also copies the call's tensors in and clones the outputs; without CUDA it calls
+   each function on clones of its tensor arguments); a watched collective after the
+   updates keeps `--dist-timeout` (`heartbeat`, after the update loop);
 10. no `.item()` in the hot loop: statistics stay on the device until logging.
 11. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`),
    so that it reproduces the run without it, for draws left out of the kernels' fusion;
@@ -61,7 +65,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.optim as optim
 from leanrl_utils import evals, harness  # the contract's plumbing (flags, errors, device, logging), playing a policy
-from tensordict import TensorDict, from_module
+from tensordict import from_module
 from tensordict.nn import CudaGraphModule
 
 
@@ -214,36 +218,39 @@ class Agent(nn.Module):
         )
         self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
+        self.to(memory_format=torch.channels_last)  # [1] the convolutions' weights (see frames)
 
     @staticmethod
     def frames(x):
-        # [2] uint8 frames become floats here, on the device, in the channels-last layout that oneDNN's
-        # CPU convolutions run fastest
+        # [1] the uint8 frames as floats in [0, 1], in the channels-last layout of the convolutions' weights, by
+        # choice, not rule: faster on the one CPU measured (oneDNN), and on CUDA the layout of the tensor-core
+        # kernels torch runs float32 convolutions on (TF32), which other layouts are transposed for (unmeasured)
         return x.contiguous(memory_format=torch.channels_last) / 255.0
 
     def get_value(self, x):
-        return self.critic(self.network(self.frames(x)))  # [2]
+        return self.critic(self.network(self.frames(x)))
 
     def get_action_and_value(self, x, action=None):
         hidden = self.network(self.frames(x))
-        # [3] the categorical distribution written out: no Distribution object, whose argument checks
-        # cost Python time (and a host sync on a GPU); same formulas as torch.distributions.Categorical
         logits = self.actor(hidden)
+        # [2] the categorical distribution written out: no Distribution object, whose argument checks
+        # cost Python time (and a host sync on a GPU); same formulas as torch.distributions.Categorical
         logits = logits - logits.logsumexp(dim=-1, keepdim=True)
         probs = logits.softmax(dim=-1)
         if action is None:
             action = torch.multinomial(probs, 1, True).view(-1)
-        log_prob = logits.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+        log_prob = logits.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(logits.clamp(min=torch.finfo(logits.dtype).min) * probs).sum(-1)
         return action, log_prob, entropy, self.critic(hidden)
 
 
 def masked_mean(x, mask, count):
+    """The mean of x over the entries where mask is 1, `count` of them."""
     return (x * mask).sum() / count
 
 
 def gae_deltas(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
-    """[5] The per-step terms of GAE, all steps at once: A[t] = delta[t] + coef[t] * A[t + 1]."""
+    """[4] The per-step terms of GAE, all steps at once: A[t] = delta[t] + coef[t] * A[t + 1]."""
     nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
     nextvalues = torch.cat([values[1:], next_value])
     delta = rewards + gamma * nextvalues * nextnonterminal - values
@@ -251,7 +258,7 @@ def gae_deltas(rewards, values, dones, next_value, next_done, gamma: float, gae_
 
 
 def gae_chunk(delta, coef, lastgaelam):
-    """The reverse scan over one chunk of steps; returns the chunk's advantages and the carry."""
+    """[4] The reverse scan over one chunk of steps; returns the chunk's advantages and the carry."""
     advantages = []
     for t in reversed(range(delta.shape[0])):
         lastgaelam = delta[t] + coef[t] * lastgaelam
@@ -260,7 +267,7 @@ def gae_chunk(delta, coef, lastgaelam):
 
 
 def chunk_size(num_steps: int, most: int = 64) -> int:
-    """The largest divisor of num_steps up to `most`: every chunk has the same shape (one compilation)."""
+    """[4] The largest divisor of num_steps up to `most`: every chunk has the same shape (one compilation)."""
     return max(c for c in range(1, min(most, num_steps) + 1) if num_steps % c == 0)
 
 
@@ -314,7 +321,7 @@ def main(args: Args) -> None:
         backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.dist_timeout))
     # [9] CUDA graphs exist on CUDA devices only: without CUDA, --cudagraphs runs without them (the harness said
-    # so; tensordict's CudaGraphModule then calls each function directly)
+    # so; tensordict's CudaGraphModule then calls each function on clones of its tensor arguments)
     graphs = args.cudagraphs and device.type == "cuda"
     if graphs and distributed and dist.get_backend() == "gloo":
         harness.fail("--cudagraphs: gloo's all-reduce of CUDA tensors goes through the host, which a CUDA graph cannot "
@@ -324,16 +331,22 @@ def main(args: Args) -> None:
     envs = make_envs(args, seed=args.seed + rank)
 
     # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
-    agent = Agent(envs).to(device, memory_format=torch.channels_last)  # [2] see Agent.frames
+    agent = Agent(envs).to(device)
     if distributed:  # the same seed built the same weights; rank 0's, sent to all, make sure of it
         for param in agent.parameters():
             dist.broadcast(param.data, src=0)
-    # [4] the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
+    # [3] the policy that acts reads the same weights, detached: its outputs need no autograd bookkeeping
+    # without a torch.no_grad() block around each step
     with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
         agent_inference = Agent(envs)
     from_module(agent).data.to_module(agent_inference, preserve_module_state=False)
-    # [6] the learning rate is a tensor annealed in place: compiled code and CUDA graphs read its new value;
-    # fused: one call per step over every weight, its state on the device; capturable under CUDA graphs: a
+
+    def policy(obs):  # [3] the acting step, on the detached weights
+        action, logprob, _, value = agent_inference.get_action_and_value(obs)
+        return action, logprob, value.flatten()
+
+    # [5] the learning rate is a tensor annealed in place: compiled code and CUDA graphs read its new value;
+    # [6] fused: one call per step over every weight, its state on the device; capturable under CUDA graphs: a
     # replayed step reads its step count on the device
     optimizer = optim.Adam(agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
                            fused=True, capturable=graphs)
@@ -341,33 +354,28 @@ def main(args: Args) -> None:
     torch.manual_seed(args.seed + rank)
     episode_stats = EpisodeStats(args.num_envs)
 
-    # ALGO Logic: Storage setup, [1] one TensorDict preallocated on the device (frames kept as uint8)
-    rollout = TensorDict(
-        obs=torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=torch.uint8),
-        actions=torch.zeros((args.num_steps, args.num_envs), dtype=torch.long),  # integers: the loss gathers with them
-        logprobs=torch.zeros((args.num_steps, args.num_envs)),
-        rewards=torch.zeros((args.num_steps, args.num_envs)),
-        dones=torch.zeros((args.num_steps, args.num_envs)),
-        values=torch.zeros((args.num_steps, args.num_envs)),
-        batch_size=[args.num_steps, args.num_envs],
-        device=device,
-    )
-
-    def policy(obs):  # [4] the acting step, on the detached weights
-        action, logprob, _, value = agent_inference.get_action_and_value(obs)
-        return action, logprob, value.flatten()
-
-    chunk, gae_chunk_fn = chunk_size(args.num_steps), gae_chunk  # [5] compiled below with --compile
+    # ALGO Logic: Storage setup: the rollout's fields, by name (flattened into the batch, cut into minibatches)
+    shape = (args.num_steps, args.num_envs)
+    rollout = {key: torch.zeros(shape).to(device) for key in ("logprobs", "rewards", "dones", "values")}
+    rollout["obs"] = torch.zeros(shape + envs.single_observation_space.shape, dtype=torch.uint8).to(device)
+    rollout["actions"] = torch.zeros(shape, dtype=torch.long).to(device)  # integers, as sampled
 
     def gae(rewards, values, dones, next_obs, next_done):
-        next_value = agent_inference.get_value(next_obs).reshape(1, -1)
-        delta, coef = gae_deltas(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
-        advantages, lastgaelam = torch.empty_like(delta), torch.zeros_like(delta[0])
-        for end in range(args.num_steps, 0, -chunk):  # from the last chunk back to the first
-            advantages[end - chunk:end], lastgaelam = gae_chunk_fn(delta[end - chunk:end], coef[end - chunk:end], lastgaelam)
+        """[4] GAE by chunks, bootstrapped from the value of the observation after the rollout's last step: the
+        per-step terms for all steps at once, then the reverse scan chunk by chunk, from the last chunk back;
+        returns the advantages and the returns. One function, for --cudagraphs to replay whole."""
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).reshape(1, -1)
+            delta, coef = gae_deltas(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+            advantages, lastgaelam = torch.empty_like(delta), torch.zeros_like(delta[0])
+            chunk = chunk_size(args.num_steps)
+            for end in range(args.num_steps, 0, -chunk):
+                advantages[end - chunk:end], lastgaelam = gae_chunk_fn(delta[end - chunk:end], coef[end - chunk:end],
+                                                                       lastgaelam)
         return advantages, advantages + values
 
-    def loss_and_grads(mb):  # [7] a minibatch's loss and its backward pass: [8] compiled with --compile
+    def loss_and_grads(mb):
+        """A minibatch's losses (`mb`: the batch's fields at the minibatch's indices) and this rank's gradients."""
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
         logratio = newlogprob - mb["logprobs"]
         ratio = logratio.exp()
@@ -397,11 +405,7 @@ def main(args: Args) -> None:
         newvalue = newvalue.view(-1)
         if args.clip_vloss:
             v_loss_unclipped = (newvalue - mb["returns"]) ** 2
-            v_clipped = mb["values"] + torch.clamp(
-                newvalue - mb["values"],
-                -args.clip_coef,
-                args.clip_coef,
-            )
+            v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -args.clip_coef, args.clip_coef)
             v_loss_clipped = (v_clipped - mb["returns"]) ** 2
             v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
             v_loss = 0.5 * masked_mean(v_loss_max, mb_valid, n_valid)
@@ -410,51 +414,28 @@ def main(args: Args) -> None:
 
         entropy_loss = masked_mean(entropy, mb_valid, n_valid)
         loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
         loss.backward()
-        return TensorDict(value_loss=v_loss.detach(), policy_loss=pg_loss.detach(), entropy=entropy_loss.detach(),
-                          old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
+        return dict(value_loss=v_loss.detach(), policy_loss=pg_loss.detach(), entropy=entropy_loss.detach(),
+                    old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
 
-    params = list(agent.parameters())
-
-    def average_and_clip():
+    def update(mb):
+        """One minibatch update, all ranks at once; returns this rank's logged losses."""
+        optimizer.zero_grad()
+        losses = loss_and_grads(mb)
         if distributed:
-            # the ranks average their gradients: one all-reduce of all of them, flattened, [7] outside the
-            # compiled loss and backward, and one fused copy back instead of a copy per tensor; no DDP
-            # wrapper to read through (the DDP variants are compared in the docstring's page)
-            flat = torch.cat([param.grad.reshape(-1) for param in params])  # channels-last weights: a copy
+            # the ranks average their gradients: one all-reduce of all of them, flattened
+            # [7] outside the compiled loss and backward, no DDP wrapper to read through (the DDP variants: the docstring's
+            # page); divided in place, then one fused copy back, not a copy per tensor (reshape: channels-last gradients)
+            flat = torch.cat([param.grad.reshape(-1) for param in agent.parameters()])
             dist.all_reduce(flat, op=dist.ReduceOp.SUM)
             flat /= args.world_size
+            params = list(agent.parameters())
             torch._foreach_copy_([param.grad for param in params],
-                                 [g.view_as(param) for g, param in zip(flat.split([p.numel() for p in params]), params)])
-        nn.utils.clip_grad_norm_(params, args.max_grad_norm)
-
-    def update(mb):  # [7] the whole minibatch update, one function: [9] one graph with --cudagraphs
-        optimizer.zero_grad()
-        out = loss_and_grads(mb)  # forward and backward
-        average_and_clip()
+                                 [grad.view_as(param) for grad, param in zip(flat.split([p.numel() for p in params]), params)])
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
         optimizer.step()
-        return out
-
-    if args.compile:  # [8]
-        # [11] on the CPU compiled code draws its random numbers from torch's generator, as eager
-        # code does (the run without --compile reproduced); on a GPU inductor's own, fused, draws others
-        torch._inductor.config.fallback_random = device.type == "cpu"
-        # trace loss.backward() into the compiled graph: forward and backward become one graph
-        torch._dynamo.config.trace_autograd_ops = True
-        policy = torch.compile(policy)
-        gae_chunk_fn = torch.compile(gae_chunk)  # a chunk unrolls into one fused kernel
-        # the optimizer step stays eager: one fused call, which compiled would add graph breaks (torch.optim
-        # breaks the graph around step() by design)
-        loss_and_grads = torch.compile(loss_and_grads)
-
-    if args.cudagraphs:
-        # [9] the acting step, GAE and the whole minibatch update (zero_grad, forward, backward, all-reduce,
-        # clipping, step) each become one graph replay; the warm-up calls before the capture let compilation
-        # finish (without CUDA: called directly)
-        warmup = 4 if args.compile else 2
-        policy = CudaGraphModule(policy, warmup=warmup)
-        gae = CudaGraphModule(gae, warmup=warmup)
-        update = CudaGraphModule(update, in_keys=[], out_keys=[], warmup=warmup)
+        return losses
 
     writer = harness.make_writer(args, run_name) if rank == 0 else NoWriter()  # only rank 0 logs
     # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart; the bar and
@@ -463,64 +444,91 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.batch_size, disable=rank != 0)
     episodic_return = float("nan")
 
+    gae_chunk_fn = gae_chunk  # [8] the GAE chunk, compiled with --compile
+    if args.compile:  # [8]
+        # [11] on the CPU compiled code draws its random numbers from torch's generator, as eager
+        # code does (the run without --compile reproduced); on a GPU inductor's own, fused, draws others
+        torch._inductor.config.fallback_random = device.type == "cpu"
+        if device.type == "cpu":
+            # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated
+            # Python function, which cuts the fixed cost of each call of these small programs (on a GPU,
+            # --cudagraphs replays them as CUDA graphs instead)
+            torch._inductor.config.cpp_wrapper = True
+        # trace loss.backward() into the compiled graph: forward and backward become one graph
+        torch._dynamo.config.trace_autograd_ops = True
+        policy = torch.compile(policy)
+        gae_chunk_fn = torch.compile(gae_chunk)  # a chunk unrolls into one fused kernel
+        # the all-reduce and the optimizer step stay eager: the step is one fused call, which compiled would add
+        # graph breaks (torch.optim breaks the graph around step() by design)
+        loss_and_grads = torch.compile(loss_and_grads)
+
+    if args.cudagraphs:
+        # [9] the acting step, GAE and the whole minibatch update (zero_grad, forward, backward, all-reduce,
+        # clipping, step) each become one graph replay, which also copies the call's tensors into the graph's
+        # inputs and clones its outputs (a few launches beside the graph); the warm-up calls before the capture
+        # let compilation finish. Without CUDA the wrapper stays: it calls each function on clones of its tensor
+        # arguments (a copy per call, the minibatch's frames included)
+        warmup = 4 if args.compile else 2
+        policy = CudaGraphModule(policy, warmup=warmup)
+        gae = CudaGraphModule(gae, warmup=warmup)
+        update = CudaGraphModule(update, warmup=warmup)
     heartbeat = torch.zeros(1, device=device)  # [9] the watched collective after the updates (see below)
 
     # TRY NOT TO MODIFY: start the game
     global_step = 0
     next_obs, _ = envs.reset()
-    next_obs = torch.as_tensor(next_obs, device=device)  # [1] made on the device directly: at most one copy
-    next_done = torch.zeros(args.num_envs, device=device)
+    next_obs = torch.as_tensor(next_obs).to(device)
+    next_done = torch.zeros(args.num_envs).to(device)
 
     for iteration in range(1, args.num_iterations + 1):
         progress.tick(global_step)
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # [6] in place: no recompilation
+            optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # [5] in place: no recompilation
 
         games = []
         for step in range(0, args.num_steps):
             global_step += args.num_envs * args.world_size  # the steps of all ranks
-            # [1] this step's observation and done flag go into the rollout below, with the acting step's outputs
+            rollout["obs"][step] = next_obs
+            rollout["dones"][step] = next_done
 
             # ALGO LOGIC: action logic
-            action, logprob, value = policy(next_obs)  # [4] ([8], [9]: compiled or graphed with the flags)
-            for key, x in (("obs", next_obs), ("dones", next_done), ("actions", action), ("logprobs", logprob),
-                           ("values", value)):
-                rollout[key][step] = x  # [1] in place, on the device
+            action, logprob, value = policy(next_obs)  # [3] on the detached weights (compiled, graphed with the flags)
+            rollout["values"][step] = value
+            rollout["actions"][step] = action
+            rollout["logprobs"][step] = logprob
 
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-            # [1] straight into the preallocated rollout: `torch.as_tensor` wraps the numpy array with no host copy
-            # of its own (on a GPU it makes the one copy to the device), then one write in place
-            rollout["rewards"][step] = torch.as_tensor(reward, device=device)
-            next_done = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
-            next_obs = torch.as_tensor(next_obs, device=device)
+            next_done = np.logical_or(terminations, truncations)
+            rollout["rewards"][step] = torch.tensor(reward).to(device).view(-1)
+            next_obs, next_done = torch.as_tensor(next_obs).to(device), torch.Tensor(next_done).to(device)
 
             games += [(global_step, r, n) for _, r, n in episode_stats.update(infos, terminations, truncations)]
             progress.update(args.num_envs * args.world_size)
 
         # bootstrap value if not done
-        # [5] the chunked reverse scan (gae above), its results kept in the rollout
-        rollout["advantages"], rollout["returns"] = gae(
-            rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done
-        )
+        advantages, returns = gae(rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done)  # [4]
 
-        # flatten the batch
-        batch = rollout.reshape(-1)  # [1] every tensor of the rollout at once: a minibatch is one index of it
+        # flatten the batch: each field, (steps, envs, ...) -> (steps x envs, ...)
+        batch = {key: x.flatten(0, 1) for key, x in dict(rollout, advantages=advantages, returns=returns).items()}
 
         # Optimizing the policy and value network
-        stats = []  # [10] each minibatch's statistics, left on the device until logging (no .item() here)
+        clipfracs = []
         for epoch in range(args.update_epochs):
-            # a torch permutation (CleanRL shuffles with numpy): the eager and optimized scripts draw the same one
+            # a torch permutation (CleanRL's is numpy's): on the CPU the eager and optimized scripts draw the same one
             b_inds = torch.randperm(args.local_batch_size, device=device)
             for start in range(0, args.local_batch_size, args.minibatch_size):
                 end = start + args.minibatch_size
-                stats.append(update(batch[b_inds[start:end]]))  # [7] the whole minibatch update, one call
+                mb_inds = b_inds[start:end]
+                losses = update({key: x[mb_inds] for key, x in batch.items()})
+                clipfracs += [losses["clipfrac"]]  # [10] left on the device until logging (no .item() here)
 
             # every rank takes the same decision, on the ranks' mean: a rank that stopped alone would leave
-            # the others waiting in their next all-reduce ([10] a host sync, opt-in)
-            if args.target_kl is not None and mean_over_ranks(stats[-1]["approx_kl"], args.world_size) > args.target_kl:
+            # the others waiting in their next all-reduce (with --target-kl, each epoch ends with an all-reduce
+            # of its own and a read of its result on the host)
+            if args.target_kl is not None and mean_over_ranks(losses["approx_kl"], args.world_size) > args.target_kl:
                 break
 
         # [9] what keeps --dist-timeout under --cudagraphs with NCCL: the watchdog does not watch the all-reduces
@@ -531,27 +539,20 @@ def main(args: Args) -> None:
         # its pickled object to the device (a copy that waits)
         if distributed:
             dist.all_reduce(heartbeat)
-
         # the games that ended on every rank, logged by rank 0
         for game_step, episodic_return, episodic_length in sorted(gather(games, args.world_size)):
             writer.add_scalar("charts/episodic_return", episodic_return, game_step)
             writer.add_scalar("charts/episodic_length", episodic_length, game_step)
 
-        # [10] the reads of device values but the action (and --target-kl's check), once per iteration
-        last = stats[-1]
         # over the transitions only, as the losses: envpool's reset steps are left out
         kept = (1.0 - batch["dones"]).cpu().numpy() > 0
         y_pred, y_true = batch["values"].cpu().numpy()[kept], batch["returns"].cpu().numpy()[kept]
         var_y = np.var(y_true) if len(y_true) else 0.0
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        # TRY NOT TO MODIFY: record rewards for plotting purposes
-        # [6] the learning rate is a tensor (annealed in place): read here, at logging, only
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"].item(), global_step)
-        harness.log_losses(writer, dict(value_loss=last["value_loss"], policy_loss=last["policy_loss"],
-                                        entropy=last["entropy"], old_approx_kl=last["old_approx_kl"],
-                                        approx_kl=last["approx_kl"],
-                                        clipfrac=torch.stack([s["clipfrac"] for s in stats]).mean(),
+        # TRY NOT TO MODIFY: record rewards for plotting purposes (the last minibatch's losses, the mean clip fraction)
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        harness.log_losses(writer, dict(losses, clipfrac=torch.stack(clipfracs).mean(),  # [10] one read, here
                                         explained_variance=explained_var), global_step)
         progress.log(global_step, episodic_return)
     progress.close()

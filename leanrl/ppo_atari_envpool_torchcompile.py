@@ -1,29 +1,33 @@
 """Proximal Policy Optimization (PPO) on Atari through envpool, made fast.
 
-The algorithm, defaults and random-number stream of `ppo_atari_envpool.py`; only
-the execution changes. Each optimization carries a comment saying what it saves:
+The algorithm and defaults of `ppo_atari_envpool.py`, and on the CPU its random-number
+stream; only the execution changes. Each optimization carries a comment saying what it
+saves:
 
-1. the rollout is a TensorDict preallocated on the training device (frames as uint8,
-   as in the eager script), written in place at each step, each array from the
-   environment copied to it once; a minibatch is one index of it;
-2. frames and convolutions in the channels-last layout, which oneDNN's CPU convolutions
-   run fastest;
-3. the categorical policy is written out (no Distribution object and its checks);
-4. the policy that acts (and the bootstrap value) runs the trained weights detached,
-   in a weightless copy;
-5. GAE runs as a reverse scan over fixed-size chunks, its per-step terms computed for
+1. frames and convolution weights in the channels-last layout, a choice rather than a
+   rule: on the CPU, oneDNN ran this network's forward and backward faster so on the one
+   CPU measured (docs/optimizations.md); on CUDA it follows NVIDIA's guidance, unmeasured
+   here: torch runs float32 convolutions on tensor cores (TF32, its default), whose cuDNN
+   kernels work in this layout (other layouts are transposed around them);
+2. the categorical policy is written out (no Distribution object and its checks);
+3. the policy that acts runs the trained weights detached, in a weightless copy: no
+   `torch.no_grad()` block around each step;
+4. GAE runs as a reverse scan over fixed-size chunks, its per-step terms computed for
    all steps at once: under `--compile` a compiled chunk replaces the eager loop's
    dozen or so small ops per time step, and compiles once whatever the rollout length;
-6. the learning rate lives in a tensor annealed in place: no recompilation;
-7. each minibatch update is one function, from the minibatch to the Adam step:
-   gradients from `torch.autograd.grad` (nothing to zero), clipping and Adam written
-   out over tensors (`Adam` below), so that it can be one compiled program;
-8. `--compile`: `torch.compile` of the acting step, of the GAE chunk and of the
-   whole minibatch update (loss, backward, gradient clipping, Adam step), each one graph;
-9. `--cudagraphs`: the acting step, GAE and the whole minibatch update replayed as
-   CUDA graphs (tensordict's `CudaGraphModule`);
-10. no `.item()` in the hot loop: statistics stay on the device until logging.
-11. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`),
+5. the learning rate lives in a tensor annealed in place: no recompilation;
+6. the minibatch update takes its gradients from `torch.autograd.grad` (nothing to zero)
+   and clips them and steps Adam written out over tensors (the `Adam` class): nothing in it
+   breaks a compiled graph, so that the update, up to the Adam step, can be one program;
+7. `--compile`: `torch.compile` of the acting step, of the GAE chunk and of the whole
+   minibatch update (loss, backward, gradient clipping, Adam step), each one graph; on
+   the CPU with inductor's C++ wrapper (kernels called from C++);
+8. `--cudagraphs`: the acting step, GAE and the whole minibatch update each replayed as
+   a CUDA graph (tensordict's `CudaGraphModule`: a replay also copies the call's tensors
+   in and clones the outputs); without CUDA the wrapper stays and calls each function on
+   clones of its tensor arguments (a copy per call);
+9. no `.item()` in the hot loop: statistics stay on the device until logging.
+10. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`),
    so that it reproduces the run without it, for draws left out of the kernels' fusion;
    on a GPU inductor's own generator stays on, fused, and draws other numbers.
 
@@ -58,7 +62,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 from leanrl_utils import evals, harness  # the contract's plumbing (flags, errors, device, logging), playing a policy
-from tensordict import TensorDict, from_module
+from tensordict import from_module
 from tensordict.nn import CudaGraphModule
 
 
@@ -179,80 +183,8 @@ class EpisodeStats:
         return finished
 
 
-def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
-class Agent(nn.Module):
-    def __init__(self, envs):
-        super().__init__()
-        self.network = nn.Sequential(
-            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
-            nn.ReLU(),
-            nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, 512)),
-            nn.ReLU(),
-        )
-        self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
-        self.critic = layer_init(nn.Linear(512, 1), std=1)
-
-    @staticmethod
-    def frames(x):
-        # [2] uint8 frames become floats here, on the device, in the channels-last layout that oneDNN's
-        # CPU convolutions run fastest
-        return x.contiguous(memory_format=torch.channels_last) / 255.0
-
-    def get_value(self, x):
-        return self.critic(self.network(self.frames(x)))  # [2]
-
-    def get_action_and_value(self, x, action=None):
-        hidden = self.network(self.frames(x))
-        # [3] the categorical distribution written out: no Distribution object, whose argument checks
-        # cost Python time (and a host sync on a GPU); same formulas as torch.distributions.Categorical
-        logits = self.actor(hidden)
-        logits = logits - logits.logsumexp(dim=-1, keepdim=True)
-        probs = logits.softmax(dim=-1)
-        if action is None:
-            action = torch.multinomial(probs, 1, True).view(-1)
-        log_prob = logits.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-        entropy = -(logits.clamp(min=torch.finfo(logits.dtype).min) * probs).sum(-1)
-        return action, log_prob, entropy, self.critic(hidden)
-
-
-def masked_mean(x, mask, count):
-    return (x * mask).sum() / count
-
-
-def gae_deltas(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
-    """[5] The per-step terms of GAE, all steps at once: A[t] = delta[t] + coef[t] * A[t + 1]."""
-    nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
-    nextvalues = torch.cat([values[1:], next_value])
-    delta = rewards + gamma * nextvalues * nextnonterminal - values
-    return delta, gamma * gae_lambda * nextnonterminal
-
-
-def gae_chunk(delta, coef, lastgaelam):
-    """The reverse scan over one chunk of steps; returns the chunk's advantages and the carry."""
-    advantages = []
-    for t in reversed(range(delta.shape[0])):
-        lastgaelam = delta[t] + coef[t] * lastgaelam
-        advantages.append(lastgaelam)
-    return torch.stack(advantages[::-1]), lastgaelam
-
-
-def chunk_size(num_steps: int, most: int = 64) -> int:
-    """The largest divisor of num_steps up to `most`: every chunk has the same shape (one compilation)."""
-    return max(c for c in range(1, min(most, num_steps) + 1) if num_steps % c == 0)
-
-
 class Adam:
-    """[7] torch.optim.Adam's arithmetic (no weight decay, no amsgrad) written out over lists of tensors.
+    """[6] torch.optim.Adam's arithmetic (no weight decay, no amsgrad) written out over lists of tensors.
 
     torch.optim's step() breaks a compiled graph on purpose (before and after it) and reads its step
     count on the host; written out, torch.compile traces the step into the update's program, where
@@ -264,6 +196,7 @@ class Adam:
         self.beta1, self.beta2, self.eps = betas[0], betas[1], eps
         device = self.params[0].device
         self.lr = torch.tensor(lr, device=device)
+        self.param_groups = [{"lr": self.lr}]  # where torch.optim keeps it, for the loop to anneal and log
         self.t = torch.zeros((), dtype=torch.float64, device=device)  # steps taken
         # the bias corrections of the next step, 1 / (1 - beta1**t) and sqrt(1 - beta2**t), kept ready: the
         # compiled loops over the weights read two numbers, where computed in the step they would recompute
@@ -292,6 +225,81 @@ class Adam:
         self.bias_correction2_sqrt.copy_((1 - self.beta2 ** (self.t + 1)).sqrt())
 
 
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+        )
+        self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1)
+        self.to(memory_format=torch.channels_last)  # [1] the convolutions' weights (see frames)
+
+    @staticmethod
+    def frames(x):
+        # [1] the uint8 frames as floats in [0, 1], in the channels-last layout of the convolutions' weights, by
+        # choice, not rule: faster on the one CPU measured (oneDNN), and on CUDA the layout of the tensor-core
+        # kernels torch runs float32 convolutions on (TF32), which other layouts are transposed for (unmeasured)
+        return x.contiguous(memory_format=torch.channels_last) / 255.0
+
+    def get_value(self, x):
+        return self.critic(self.network(self.frames(x)))
+
+    def get_action_and_value(self, x, action=None):
+        hidden = self.network(self.frames(x))
+        logits = self.actor(hidden)
+        # [2] the categorical distribution written out: no Distribution object, whose argument checks
+        # cost Python time (and a host sync on a GPU); same formulas as torch.distributions.Categorical
+        logits = logits - logits.logsumexp(dim=-1, keepdim=True)
+        probs = logits.softmax(dim=-1)
+        if action is None:
+            action = torch.multinomial(probs, 1, True).view(-1)
+        log_prob = logits.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        entropy = -(logits.clamp(min=torch.finfo(logits.dtype).min) * probs).sum(-1)
+        return action, log_prob, entropy, self.critic(hidden)
+
+
+def masked_mean(x, mask, count):
+    """The mean of x over the entries where mask is 1, `count` of them."""
+    return (x * mask).sum() / count
+
+
+def gae_deltas(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
+    """[4] The per-step terms of GAE, all steps at once: A[t] = delta[t] + coef[t] * A[t + 1]."""
+    nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
+    nextvalues = torch.cat([values[1:], next_value])
+    delta = rewards + gamma * nextvalues * nextnonterminal - values
+    return delta, gamma * gae_lambda * nextnonterminal
+
+
+def gae_chunk(delta, coef, lastgaelam):
+    """[4] The reverse scan over one chunk of steps; returns the chunk's advantages and the carry."""
+    advantages = []
+    for t in reversed(range(delta.shape[0])):
+        lastgaelam = delta[t] + coef[t] * lastgaelam
+        advantages.append(lastgaelam)
+    return torch.stack(advantages[::-1]), lastgaelam
+
+
+def chunk_size(num_steps: int, most: int = 64) -> int:
+    """[4] The largest divisor of num_steps up to `most`: every chunk has the same shape (one compilation)."""
+    return max(c for c in range(1, min(most, num_steps) + 1) if num_steps % c == 0)
+
+
 def main(args: Args) -> None:
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
@@ -309,44 +317,42 @@ def main(args: Args) -> None:
     envs = make_envs(args)
 
     # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
-    agent = Agent(envs).to(device, memory_format=torch.channels_last)  # [2] see Agent.frames
-    # [4] the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
+    agent = Agent(envs).to(device)
+    # [3] the policy that acts reads the same weights, detached: its outputs need no autograd bookkeeping
+    # without a torch.no_grad() block around each step
     with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
         agent_inference = Agent(envs)
     from_module(agent).data.to_module(agent_inference, preserve_module_state=False)
-    # [7] Adam written out (above), [6] its learning rate a tensor annealed in place: compiled code and CUDA
-    # graphs read its new value
-    optimizer = Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
-    episode_stats = EpisodeStats(args.num_envs)
 
-    # ALGO Logic: Storage setup, [1] one TensorDict preallocated on the device (frames kept as uint8)
-    rollout = TensorDict(
-        obs=torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=torch.uint8),
-        actions=torch.zeros((args.num_steps, args.num_envs), dtype=torch.long),  # integers: the loss gathers with them
-        logprobs=torch.zeros((args.num_steps, args.num_envs)),
-        rewards=torch.zeros((args.num_steps, args.num_envs)),
-        dones=torch.zeros((args.num_steps, args.num_envs)),
-        values=torch.zeros((args.num_steps, args.num_envs)),
-        batch_size=[args.num_steps, args.num_envs],
-        device=device,
-    )
-
-    def policy(obs):  # [4] the acting step, on the detached weights
+    def policy(obs):  # [3] the acting step, on the detached weights
         action, logprob, _, value = agent_inference.get_action_and_value(obs)
         return action, logprob, value.flatten()
 
-    chunk, gae_chunk_fn = chunk_size(args.num_steps), gae_chunk  # [5] compiled below with --compile
+    optimizer = Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)  # [6] written out (above)
+    episode_stats = EpisodeStats(args.num_envs)
+
+    # ALGO Logic: Storage setup: the rollout's fields, by name (flattened into the batch, cut into minibatches)
+    shape = (args.num_steps, args.num_envs)
+    rollout = {key: torch.zeros(shape).to(device) for key in ("logprobs", "rewards", "dones", "values")}
+    rollout["obs"] = torch.zeros(shape + envs.single_observation_space.shape, dtype=torch.uint8).to(device)
+    rollout["actions"] = torch.zeros(shape, dtype=torch.long).to(device)  # integers, as sampled
 
     def gae(rewards, values, dones, next_obs, next_done):
-        next_value = agent_inference.get_value(next_obs).reshape(1, -1)
-        delta, coef = gae_deltas(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
-        advantages, lastgaelam = torch.empty_like(delta), torch.zeros_like(delta[0])
-        for end in range(args.num_steps, 0, -chunk):  # from the last chunk back to the first
-            advantages[end - chunk:end], lastgaelam = gae_chunk_fn(delta[end - chunk:end], coef[end - chunk:end], lastgaelam)
+        """[4] GAE by chunks, bootstrapped from the value of the observation after the rollout's last step: the
+        per-step terms for all steps at once, then the reverse scan chunk by chunk, from the last chunk back;
+        returns the advantages and the returns. One function, for --cudagraphs to replay whole."""
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).reshape(1, -1)
+            delta, coef = gae_deltas(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+            advantages, lastgaelam = torch.empty_like(delta), torch.zeros_like(delta[0])
+            chunk = chunk_size(args.num_steps)
+            for end in range(args.num_steps, 0, -chunk):
+                advantages[end - chunk:end], lastgaelam = gae_chunk_fn(delta[end - chunk:end], coef[end - chunk:end],
+                                                                       lastgaelam)
         return advantages, advantages + values
 
     def update(mb):
-        """[7] One minibatch update, from the minibatch to the Adam step: under --compile one program."""
+        """One minibatch update (`mb`: the batch's fields at the minibatch's indices); returns its logged losses."""
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
         logratio = newlogprob - mb["logprobs"]
         ratio = logratio.exp()
@@ -376,11 +382,7 @@ def main(args: Args) -> None:
         newvalue = newvalue.view(-1)
         if args.clip_vloss:
             v_loss_unclipped = (newvalue - mb["returns"]) ** 2
-            v_clipped = mb["values"] + torch.clamp(
-                newvalue - mb["values"],
-                -args.clip_coef,
-                args.clip_coef,
-            )
+            v_clipped = mb["values"] + torch.clamp(newvalue - mb["values"], -args.clip_coef, args.clip_coef)
             v_loss_clipped = (v_clipped - mb["returns"]) ** 2
             v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
             v_loss = 0.5 * masked_mean(v_loss_max, mb_valid, n_valid)
@@ -389,19 +391,32 @@ def main(args: Args) -> None:
 
         entropy_loss = masked_mean(entropy, mb_valid, n_valid)
         loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-        # gradients as values (torch.autograd.grad), not accumulated into .grad: nothing to zero
+
+        # [6] gradients as values (torch.autograd.grad), not accumulated into .grad: nothing to zero
         grads = torch.autograd.grad(loss, optimizer.params)
-        # clip_grad_norm_ written out over the gradient values, with its formulas
+        # [6] clip_grad_norm_ written out over the gradient values, with its formulas
         clip_coef = (args.max_grad_norm / (nn.utils.get_total_norm(grads) + 1e-6)).clamp(max=1.0)
         torch._foreach_mul_(grads, clip_coef)
         optimizer.step(grads)
-        return TensorDict(value_loss=v_loss.detach(), policy_loss=pg_loss.detach(), entropy=entropy_loss.detach(),
-                          old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
+        return dict(value_loss=v_loss.detach(), policy_loss=pg_loss.detach(), entropy=entropy_loss.detach(),
+                    old_approx_kl=old_approx_kl, approx_kl=approx_kl, clipfrac=clipfrac)
 
-    if args.compile:  # [8]
-        # [11] on the CPU compiled code draws its random numbers from torch's generator, as eager
+    writer = harness.make_writer(args, run_name)
+    # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
+    progress = harness.Progress(args, writer, total=args.num_iterations * args.batch_size, start_step=0,
+                                warmup_steps=args.measure_after * args.batch_size)
+    episodic_return = float("nan")
+
+    gae_chunk_fn = gae_chunk  # [7] the GAE chunk, compiled with --compile
+    if args.compile:  # [7]
+        # [10] on the CPU compiled code draws its random numbers from torch's generator, as eager
         # code does (the run without --compile reproduced); on a GPU inductor's own, fused, draws others
         torch._inductor.config.fallback_random = device.type == "cpu"
+        if device.type == "cpu":
+            # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated
+            # Python function, which cuts the fixed cost of each call of these small programs (on a GPU,
+            # --cudagraphs replays them as CUDA graphs instead)
+            torch._inductor.config.cpp_wrapper = True
         # trace torch.autograd.grad into the compiled graph: forward, backward, clipping and the Adam step of a
         # minibatch become one graph
         torch._dynamo.config.trace_autograd_ops = True
@@ -413,50 +428,44 @@ def main(args: Args) -> None:
         update = torch.compile(update)
 
     if args.cudagraphs:
-        # [9] the acting step, GAE and the whole minibatch update (forward, backward, clipping, Adam step)
-        # each become one graph replay; the warm-up calls before the capture let compilation
-        # finish (without CUDA: called directly)
+        # [8] the acting step, GAE and the whole minibatch update each become one graph replay, which also copies
+        # the call's tensors into the graph's inputs and clones its outputs (a few launches beside the graph); the
+        # warm-up calls before the capture let compilation finish. Without CUDA the wrapper stays: it calls each
+        # function on clones of its tensor arguments (a copy per call, the minibatch's frames included)
         warmup = 4 if args.compile else 2
         policy = CudaGraphModule(policy, warmup=warmup)
         gae = CudaGraphModule(gae, warmup=warmup)
-        update = CudaGraphModule(update, in_keys=[], out_keys=[], warmup=warmup)
-
-    writer = harness.make_writer(args, run_name)
-    # fps is measured from iteration `measure_after` + 1 on: the warm-up before it is logged apart
-    progress = harness.Progress(args, writer, total=args.num_iterations * args.batch_size, start_step=0,
-                                warmup_steps=args.measure_after * args.batch_size)
-    episodic_return = float("nan")
+        update = CudaGraphModule(update, warmup=warmup)
 
     # TRY NOT TO MODIFY: start the game
     global_step = 0
     next_obs, _ = envs.reset()
-    next_obs = torch.as_tensor(next_obs, device=device)  # [1] made on the device directly: at most one copy
-    next_done = torch.zeros(args.num_envs, device=device)
+    next_obs = torch.as_tensor(next_obs).to(device)
+    next_done = torch.zeros(args.num_envs).to(device)
 
     for iteration in range(1, args.num_iterations + 1):
         progress.tick(global_step)
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.lr.copy_(frac * args.learning_rate)  # [6] in place: no recompilation
+            optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # [5] in place: no recompilation
 
         for step in range(0, args.num_steps):
             global_step += args.num_envs
-            # [1] this step's observation and done flag go into the rollout below, with the acting step's outputs
+            rollout["obs"][step] = next_obs
+            rollout["dones"][step] = next_done
 
             # ALGO LOGIC: action logic
-            action, logprob, value = policy(next_obs)  # [4] ([8], [9]: compiled or graphed with the flags)
-            for key, x in (("obs", next_obs), ("dones", next_done), ("actions", action), ("logprobs", logprob),
-                           ("values", value)):
-                rollout[key][step] = x  # [1] in place, on the device
+            action, logprob, value = policy(next_obs)  # [3] on the detached weights (compiled, graphed with the flags)
+            rollout["values"][step] = value
+            rollout["actions"][step] = action
+            rollout["logprobs"][step] = logprob
 
             # TRY NOT TO MODIFY: execute the game and log data.
             next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-            # [1] straight into the preallocated rollout: `torch.as_tensor` wraps the numpy array with no host copy
-            # of its own (on a GPU it makes the one copy to the device), then one write in place
-            rollout["rewards"][step] = torch.as_tensor(reward, device=device)
-            next_done = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
-            next_obs = torch.as_tensor(next_obs, device=device)
+            next_done = np.logical_or(terminations, truncations)
+            rollout["rewards"][step] = torch.tensor(reward).to(device).view(-1)
+            next_obs, next_done = torch.as_tensor(next_obs).to(device), torch.Tensor(next_done).to(device)
 
             for _, episodic_return, episodic_length in episode_stats.update(infos, terminations, truncations):
                 writer.add_scalar("charts/episodic_return", episodic_return, global_step)
@@ -464,41 +473,34 @@ def main(args: Args) -> None:
             progress.update(args.num_envs)
 
         # bootstrap value if not done
-        # [5] the chunked reverse scan (gae above), its results kept in the rollout
-        rollout["advantages"], rollout["returns"] = gae(
-            rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done
-        )
+        advantages, returns = gae(rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done)  # [4]
 
-        # flatten the batch
-        batch = rollout.reshape(-1)  # [1] every tensor of the rollout at once: a minibatch is one index of it
+        # flatten the batch: each field, (steps, envs, ...) -> (steps x envs, ...)
+        batch = {key: x.flatten(0, 1) for key, x in dict(rollout, advantages=advantages, returns=returns).items()}
 
         # Optimizing the policy and value network
-        stats = []  # [10] each minibatch's statistics, left on the device until logging (no .item() here)
+        clipfracs = []
         for epoch in range(args.update_epochs):
-            # a torch permutation (CleanRL shuffles with numpy): the eager and optimized scripts draw the same one
+            # a torch permutation (CleanRL's is numpy's): on the CPU the eager and optimized scripts draw the same one
             b_inds = torch.randperm(args.batch_size, device=device)
             for start in range(0, args.batch_size, args.minibatch_size):
                 end = start + args.minibatch_size
-                stats.append(update(batch[b_inds[start:end]]))  # [7] the whole minibatch update, one call
+                mb_inds = b_inds[start:end]
+                losses = update({key: x[mb_inds] for key, x in batch.items()})
+                clipfracs += [losses["clipfrac"]]  # [9] left on the device until logging (no .item() here)
 
-            if args.target_kl is not None and stats[-1]["approx_kl"] > args.target_kl:  # [10] a host sync, opt-in
+            if args.target_kl is not None and losses["approx_kl"] > args.target_kl:
                 break
 
-        # [10] the reads of device values but the action (and --target-kl's check), once per iteration
-        last = stats[-1]
         # over the transitions only, as the losses: envpool's reset steps are left out
         kept = (1.0 - batch["dones"]).cpu().numpy() > 0
         y_pred, y_true = batch["values"].cpu().numpy()[kept], batch["returns"].cpu().numpy()[kept]
         var_y = np.var(y_true) if len(y_true) else 0.0
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        # TRY NOT TO MODIFY: record rewards for plotting purposes
-        # [6] the learning rate is a tensor (annealed in place): read here, at logging, only
-        writer.add_scalar("charts/learning_rate", optimizer.lr.item(), global_step)
-        harness.log_losses(writer, dict(value_loss=last["value_loss"], policy_loss=last["policy_loss"],
-                                        entropy=last["entropy"], old_approx_kl=last["old_approx_kl"],
-                                        approx_kl=last["approx_kl"],
-                                        clipfrac=torch.stack([s["clipfrac"] for s in stats]).mean(),
+        # TRY NOT TO MODIFY: record rewards for plotting purposes (the last minibatch's losses, the mean clip fraction)
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        harness.log_losses(writer, dict(losses, clipfrac=torch.stack(clipfracs).mean(),  # [9] one read, here
                                         explained_variance=explained_var), global_step)
         progress.log(global_step, episodic_return)
     progress.close()

@@ -10,7 +10,9 @@ and computes the same function, the Atari rollout (envpool's XLA interface, insi
 host stepping does, the continuous twin learns InvertedPendulum as its eager pair does, and the Atari twin
 learns 20 iterations of Seaquest."""
 
+import os
 import sys
+from collections import ChainMap
 
 import numpy as np
 import pytest
@@ -88,41 +90,49 @@ def record_eager_update(monkeypatch, tmp_path, script: str, *flags: str, perms=N
     """Run the eager script's main() in this process, with hooks that record what it computes: its
     Agent's initial weights (before its first optimizer step), its permutations (torch.randperm; or, given
     `perms`, those, handed out in order instead of drawn), and at each optimizer step the losses it just
-    computed, read from the frame that computed them (its update function's, or main()'s own), and the
-    parameters after the step; at the first step of each iteration, the rollout batch (main()'s `b_*` tensors,
-    or the fields of its `batch` dict, as `b_<field>`), its GAE inputs and output and the learning rate
+    computed, read from the script's own frames (its update function's, where main() calls one, then main()'s),
+    and the parameters after the step; at the first step of each iteration, the rollout batch (main()'s `b_*`
+    tensors, or the fields of its `batch` dict, as `b_<field>`), its GAE inputs and output and the learning rate
     (`record["iterations"]`; the first one's batch is also `record["batch"]`). The steps are seen through
     torch.optim's global step hooks, whichever way the script names its Adam."""
     module = load_script(script)
     record = {"perms": [], "steps": [], "iterations": []}
 
-    def frame_with(name):  # the locals of the innermost caller that holds `name` (main() holds "iteration")
-        frame = sys._getframe(1)
-        while name not in frame.f_locals:
+    def script_frames() -> ChainMap:
+        """The locals of the script's running frames, nearest first, up to main()'s (the last map)."""
+        frame, found = sys._getframe(1), []
+        while frame is not None:
+            if os.path.basename(frame.f_code.co_filename) == f"{script}.py":
+                found.append(frame.f_locals)
+                if frame.f_code.co_name == "main":
+                    return ChainMap(*found)
             frame = frame.f_back
-        return frame.f_locals
+        raise AssertionError(f"no main() of {script}.py is running")
+
+    def batch_of(main) -> dict:
+        batch = {name: main[name].detach().clone() for name in main if name.startswith("b_") or name in BATCH_NAMES}
+        batch.update({f"b_{name}": x.detach().clone() for name, x in main.get("batch", {}).items()})
+        if "b_dones" in batch and "b_valid" not in batch:  # Atari's mask of the transitions, as the update makes it
+            batch["b_valid"] = 1.0 - batch["b_dones"]
+        return batch
 
     def before_step(optimizer, args, kwargs):
-        local = frame_with("iteration")
+        local = script_frames()
+        main = local.maps[-1]
         if "agent" not in record:  # no step taken yet: the initial weights
-            record["agent"] = local["agent"]
+            record["agent"] = main["agent"]
             record["init"] = {k: v.detach().clone() for k, v in record["agent"].state_dict().items()}
-        if not record["iterations"] or record["iterations"][-1]["iteration"] != local["iteration"]:
-            batch = {name: local[name].detach().clone() for name in local
-                     if name.startswith("b_") or name in BATCH_NAMES}
-            if isinstance(local.get("batch"), dict):
-                batch.update({f"b_{name}": x.detach().clone() for name, x in local["batch"].items()})
-            record["iterations"].append(dict(iteration=local["iteration"], lr=optimizer.param_groups[0]["lr"],
-                                             batch=batch))
+        if not record["iterations"] or record["iterations"][-1]["iteration"] != main["iteration"]:
+            record["iterations"].append(dict(iteration=main["iteration"], lr=optimizer.param_groups[0]["lr"],
+                                             batch=batch_of(main)))
         if not record["steps"]:
-            record["writer"], record["lr"] = local["writer"], optimizer.param_groups[0]["lr"]
+            record["writer"], record["lr"] = main["writer"], optimizer.param_groups[0]["lr"]
             record["batch"] = record["iterations"][0]["batch"]
-        where = frame_with("pg_loss")
-        losses = {name: float(where[name].detach()) for name in ("loss", "pg_loss", "v_loss", "entropy_loss",
+        losses = {name: float(local[name].detach()) for name in ("loss", "pg_loss", "v_loss", "entropy_loss",
                                                                  "old_approx_kl", "approx_kl")}
-        # this minibatch's: computed by its update function, or appended by main() just before the step
-        losses["clipfrac"] = where["clipfrac"] if "clipfrac" in where else where["clipfracs"][-1]
-        record["pending"] = dict(losses, mb_inds=frame_with("mb_inds")["mb_inds"].clone())
+        # this minibatch's: the update's own, or the last of main()'s list, appended just before the step
+        losses["clipfrac"] = float(local["clipfrac"]) if "clipfrac" in local else main["clipfracs"][-1]
+        record["pending"] = dict(losses, mb_inds=local["mb_inds"].clone())
 
     def after_step(optimizer, args, kwargs):
         params = {k: v.detach().clone() for k, v in record["agent"].state_dict().items()}
