@@ -17,7 +17,15 @@ table of docs/speed.md (FOLDER/summary.md) from a sitting of benchmarks/speed.sh
         "sac_continuous_action_torchcompile --compile"
 
 Each positional argument is a script name in leanrl/ followed by its own flags, optionally after
-NAME=value words that set the run's environment ("TORCHINDUCTOR_MAX_AUTOTUNE=1 sac_... --compile").
+NAME=value words that set the run's environment ("TORCHINDUCTOR_MAX_AUTOTUNE=1 sac_... --compile"), or,
+where NAME is a constant the script declares (SURFACE in leanrl_utils/scripts.py), that constant: a
+tuple of the value's comma-separated words, set on the script loaded by its declared loader before its
+main() runs. A flag-free choice is compared so, without editing the script:
+
+    python -m benchmarks.sps --rounds 5 --steps 8000 --env-id HalfCheetah-v4 \
+        --args="--learning-starts 5000 --measure-after 50" \
+        "COMPILED_ACTING=cuda,cpu td3_continuous_action_torchcompile --compile" \
+        "COMPILED_ACTING=cuda td3_continuous_action_torchcompile --compile"
 """
 
 import argparse
@@ -39,16 +47,45 @@ from benchmarks.common import header, write_results
 from leanrl_utils.events import read_scalars
 
 
+# Runs a script with some of its declared constants set: loaded by the declared loader, the constants set, then
+# run as `python leanrl/<script>.py` runs it (argv: the script's name, the constants as a dict literal, its flags).
+WITH_CONSTANTS = """
+import ast, sys
+from leanrl_utils import harness
+from leanrl_utils.scripts import load_script
+module = load_script(sys.argv[1])
+for name, value in ast.literal_eval(sys.argv[2]).items():
+    setattr(module, name, value)
+sys.argv[0] = sys.argv[1] + ".py"
+harness.run(module.main, module.Args, module.check_args, sys.argv[3:])
+"""
+
+
+def split_config(config: str) -> tuple[dict, dict, str, list[str]]:
+    """A configuration's parts: the run's environment and the script's constants (its leading NAME=value words: a
+    constant where the script declares NAME, a tuple of the value's comma-separated words), the script, its flags."""
+    from leanrl_utils.scripts import SURFACE
+
+    words = shlex.split(config)
+    settings = dict(w.split("=", 1) for w in itertools.takewhile(lambda w: re.match(r"^[A-Z_][A-Z0-9_]*=", w), words))
+    script, *flags = words[len(settings):]
+    constants = {name: tuple(settings.pop(name).split(",")) for name in list(settings) if name in SURFACE.get(script, ())}
+    return settings, constants, script, flags
+
+
 def run_once(config: str, common: list[str], steps: int, env_id: str | None, workdir: Path, env: dict | None = None,
              timeout: float | None = None, folder: Path = REPO / "leanrl") -> dict:
     """One run of a configuration: its fps (the last `charts/SPS`), warm-up and wall-clock time. `env` replaces
     this process's environment as the run's base; past `timeout` seconds, subprocess.TimeoutExpired. The script is
     in `folder` (another commit's leanrl/, for benchmarks/gpu.py's before part)."""
-    words = shlex.split(config)
-    # leading NAME=value words set the run's environment (a library's switch, e.g. inductor's settings)
-    settings = dict(w.split("=", 1) for w in itertools.takewhile(lambda w: re.match(r"^[A-Z_][A-Z0-9_]*=", w), words))
-    script, *flags = words[len(settings):]
-    cmd = [sys.executable, str(folder / f"{script}.py"), "--total-timesteps", str(steps), *common, *flags]
+    # leading NAME=value words set the run's environment (a library's switch, e.g. inductor's settings), or one of
+    # the script's declared constants (a flag-free choice of the script, e.g. COMPILED_ACTING)
+    settings, constants, script, flags = split_config(config)
+    if constants and folder != REPO / "leanrl":
+        raise SystemExit(f"{config}: a script's constants are set on this checkout's scripts only, not on {folder}'s")
+    run = [sys.executable, "-c", WITH_CONSTANTS, script, repr(constants)] if constants else \
+        [sys.executable, str(folder / f"{script}.py")]
+    cmd = [*run, "--total-timesteps", str(steps), *common, *flags]
     if env_id:
         cmd += ["--env-id", env_id]
     run_dir = Path(tempfile.mkdtemp(dir=workdir))
@@ -144,7 +181,7 @@ def summary(folder: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("configs", nargs="*", help="script name (in leanrl/) and its flags, quoted together; leading "
-                        "NAME=value words set the run's environment")
+                        "NAME=value words set the run's environment, or a constant the script declares")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, help="--total-timesteps of each run")
     parser.add_argument("--env-id", default=None)

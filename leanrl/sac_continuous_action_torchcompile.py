@@ -1,39 +1,35 @@
 """Soft Actor-Critic (SAC) for continuous actions, made fast.
 
-The algorithm, defaults and random-number stream of `sac_continuous_action.py`;
-only the execution changes. Each optimization carries a comment saying what it
-saves:
+The algorithm, defaults and random-number stream (on the CPU: item 10) of `sac_continuous_action.py`; only the
+execution changes. Each optimization carries a comment saying what it saves:
 
 1. the Gaussian sample written out, without a `Distribution` object;
-2. the twin Q-networks run as one `torch.vmap`'d ensemble (one batched matmul per
-   layer for both critics, one optimizer over stacked weights);
-3. the replay buffer is one tensor of rows preallocated on the training device, a
-   transition per row, staged on the host and copied over together when a batch is
-   drawn (or when the stage fills), or on the CPU written straight into its row; the
-   update gathers its batch from it with one index;
+2. the twin Q-networks run as one `torch.vmap`'d ensemble (one batched matmul per layer for both critics, one
+   optimizer over stacked weights);
+3. the replay buffer's rows preallocated on the training device, staged on the host and copied over together when
+   a batch is drawn (or when the stage fills), or on the CPU written straight into their row; the update takes the
+   batch's indices and gathers the batch itself;
 4. the policy that acts runs the trained weights detached, in a weightless copy;
-5. each update (critic, delayed actor and temperature, target networks) is one
-   function: gradients come from `torch.autograd.grad` (only those asked for, nothing
-   to zero) and Adam is written out over tensors (`Adam` below), so that the whole
-   update can be one compiled program;
+5. gradients from `torch.autograd.grad` (only those asked for, nothing to zero) and Adam written out over tensors
+   (`Adam`, `optimize` below), so that the whole update (critic, delayed actor and temperature, target networks)
+   can be one compiled program;
 6. the target networks are updated with one fused `lerp_`;
-7. `--compile`: `torch.compile` of the acting step and of the whole update, one
-   graph per variant of the update that runs (a delayed actor step or not, a target
-   step or not: four variants, two of which run with the default
-   `--target-network-frequency`); on a CPU with inductor's C++ wrapper (kernels
-   called from C++);
-8. `--cudagraphs`: each variant of the update, and the acting step, replayed as one
-   CUDA graph (tensordict's `CudaGraphModule`): one launch for all of its kernels on
-   a GPU;
-9. no `.item()` in the hot loop: but for the action handed to the environment, values
-   stay on the device and are read back only at logging intervals.
-10. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`),
-   so that it reproduces the run without it, for draws left out of the kernels' fusion;
-   on a GPU inductor's own generator stays on, fused, and draws other numbers.
+7. `--compile`: `torch.compile` of the whole update, one graph per variant of the update that runs (a delayed
+   actor step or not, a target step or not: four variants, two of which run with the default
+   `--target-network-frequency`), and of the acting step on the devices `COMPILED_ACTING` names; on a CPU with
+   inductor's C++ wrapper (kernels called from C++);
+8. `--cudagraphs`: each variant of the update, and the acting step, captured as a CUDA graph (tensordict's
+   `CudaGraphModule`): a replay launches the graph's kernels at once, beside a copy of its inputs into the graph's
+   and a clone of each output. Without CUDA the module calls the function itself, after cloning each tensor
+   argument (a copy per call);
+9. alpha stays a device tensor: no `.item()` in the hot loop, so no host sync in an update; the logged values are
+   read back at logging steps only, as in the eager script;
+10. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`), so that it reproduces the
+   run without it, for draws left out of the kernels' fusion; on a GPU inductor's own generator stays on, fused,
+   and draws other numbers.
 
-Each change from the eager script is tagged in its comment with its number here
-([N]), so that `diff -u sac_continuous_action.py sac_continuous_action_torchcompile.py`
-reads as this list.
+Each change from the eager script is tagged in its comment with its number here ([N]), so that
+`diff -u sac_continuous_action.py sac_continuous_action_torchcompile.py` reads as this list.
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 
@@ -122,6 +118,12 @@ def check_args(args: Args) -> None:
     harness.known_env_id(args.env_id, "gymnasium")
 
 
+# [7] The devices on which --compile compiles the acting step (the actor's forward and its tanh-Gaussian sample, at
+# batch 1). On one CPU that step, timed alone, ran faster compiled than eager (docs/inference.md, "SAC actor"); a
+# run's fps with it compiled and without has not been compared.
+COMPILED_ACTING = ("cuda", "cpu")
+
+
 def make_env(env_id: str, seed: int, capture_video: bool = False, run_name: str = "") -> gym.Env:
     """One environment with episode statistics; a user's bad id or action space stops here."""
     if capture_video:
@@ -203,11 +205,10 @@ class Actor(nn.Module):
 
 
 class ReplayBuffer:
-    """[3] A circular buffer of transitions preallocated on the training device. Each transition is one row of
-    a single tensor (observation, next observation, action, reward, done), so that the update gathers a
-    batch with one index, inside its compiled program; rows are staged on the host and reach the device
-    together when a batch is drawn (one copy of the rows, one of their places), not five small copies per
-    step; on the CPU a transition goes straight into its row."""
+    """[3] The eager script's buffer of rows, preallocated on the training device: the rows written since the last draw
+    are staged on the host and reach the device together when a batch is drawn (one copy of the rows, one of their
+    places), where the eager script moves each batch to the device field by field; on the CPU a transition goes
+    straight into its row. The update takes a batch's indices and gathers the batch itself, inside its program."""
 
     def __init__(self, size: int, obs_dim: int, act_dim: int, device: torch.device, stage: int = 64):
         self.widths = [obs_dim, obs_dim, act_dim, 1, 1]  # observations, next_observations, actions, rewards, dones
@@ -296,6 +297,13 @@ class Adam:
         self.bias_correction2_sqrt.copy_((1 - self.beta2 ** (self.t + 1)).sqrt())
 
 
+def optimize(optimizer: Adam, loss: torch.Tensor) -> None:
+    """[5] One gradient step of `optimizer` on `loss`, its gradients as values (torch.autograd.grad), not accumulated
+    into .grad: nothing to zero, and only the gradients of the optimizer's own weights are computed (the actor's
+    step skips the critics' weights, which it does not update)."""
+    optimizer.step(torch.autograd.grad(loss, optimizer.params))
+
+
 def main(args: Args) -> None:
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
 
@@ -305,130 +313,130 @@ def main(args: Args) -> None:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = harness.pick_device(args)  # CUDA if asked for and usable, else the CPU (saying why); CPU threads
+    if args.compile and device.type == "cpu":
+        # [10] on the CPU compiled code draws its random numbers from torch's generator, as eager code does (the
+        # run without --compile reproduced); on a GPU inductor's own generator, fused, draws others (left as it is)
+        torch._inductor.config.fallback_random = True
 
     # env setup
     env = make_env(args.env_id, args.seed, args.capture_video, run_name)
 
+    # the networks are built on the CPU and moved: their initial weights come from the CPU generator, on any device
     actor = Actor(env).to(device)
-    # [4] the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
+    qf1 = SoftQNetwork(env).to(device)
+    qf2 = SoftQNetwork(env).to(device)
+    # [2] the twin critics' weights stacked (the targets start as exact copies), run by one weightless shell
+    qnet_params = from_modules(qf1, qf2, as_module=True)
+    qnet_target = qnet_params.data.clone()
     with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
-        actor_detach = Actor(env)
-    from_module(actor).data.to_module(actor_detach, preserve_module_state=False)
-    policy = actor_detach.get_action
-
-    def get_q_params():  # [2] the twin critics' weights stacked, run by one weightless shell
-        # the networks are built on the CPU and moved, as in the eager script: the same initial weights, drawn
-        # from the CPU generator, on any device
-        qf1 = SoftQNetwork(env).to(device)
-        qf2 = SoftQNetwork(env).to(device)
-        qnet_params = from_modules(qf1, qf2, as_module=True)
-        qnet_target = qnet_params.data.clone()  # the targets start as exact copies
-        # discard the params of the original modules: a "meta" shell runs any set of weights
-        with torch.device("meta"):
-            qnet = SoftQNetwork(env)
-        qnet_params.to_module(qnet, preserve_module_state=False)
-        return qnet_params, qnet_target, qnet
-
-    qnet_params, qnet_target, qnet = get_q_params()
-    # [2] stacked weights: one Adam over both critics ([5] Adam written out above: one program with the update)
-    q_optimizer = Adam(qnet_params.values(True, True), lr=args.q_lr)
-    actor_optimizer = Adam(actor.parameters(), lr=args.policy_lr)
-
-    # Automatic entropy tuning
-    if args.autotune:
-        target_entropy = -torch.prod(torch.Tensor(env.action_space.shape).to(device)).item()
-        log_alpha = torch.zeros(1, requires_grad=True, device=device)
-        a_optimizer = Adam([log_alpha], lr=args.q_lr)  # [5] the written-out Adam: part of the compiled update
-    else:
-        log_alpha = torch.as_tensor(args.alpha, device=device).log()  # [9] alpha stays a tensor: no sync to read it
-
-    rb = ReplayBuffer(args.buffer_size, env.observation_space.shape[0], env.action_space.shape[0], device)
+        qnet = SoftQNetwork(env)
+    qnet_params.to_module(qnet, preserve_module_state=False)
 
     def batched_qf(params, obs, action):
         with params.to_module(qnet, preserve_module_state=False):
             return qnet(obs, action)
 
-    def update(idx, policy_step: bool, target_step: bool):
-        """[5] One whole update, from the batch's indices to the target networks: under --compile one program."""
-        data = rb.batch(idx)  # [3] the batch is gathered inside the update: one index, fused with its first reads
-        alpha = log_alpha.detach().exp()
+    def qfs(params, obs, action):  # both critics' values, stacked: one vmapped call, a batched matmul per layer
+        return torch.vmap(batched_qf, (0, None, None))(params, obs, action)
+
+    q_optimizer = Adam(qnet_params.values(True, True), lr=args.q_lr)  # stacked weights: one Adam over both critics
+    actor_optimizer = Adam(list(actor.parameters()), lr=args.policy_lr)
+
+    # Automatic entropy tuning
+    if args.autotune:
+        target_entropy = -torch.prod(torch.Tensor(env.action_space.shape).to(device)).item()
+        log_alpha = torch.zeros(1, requires_grad=True, device=device)
+        a_optimizer = Adam([log_alpha], lr=args.q_lr)
+
+    # the replay buffer: every step's transition (its true next observation, done only where the episode terminated),
+    # from which each update draws a uniform batch
+    rb = ReplayBuffer(args.buffer_size, env.observation_space.shape[0], env.action_space.shape[0], device)
+
+    def update(idx: torch.Tensor, policy_step: bool, target_step: bool) -> dict:  # [3] the batch's indices
+        """One update on a batch: the critics; with `policy_step` the actor and the temperature, `policy_frequency`
+        times; with `target_step` the target networks. Returns the values to log, detached from autograd's graph."""
+        data = rb.batch(idx)  # [3] the batch gathered inside the update: one index, fused with its first reads
+        alpha = log_alpha.detach().exp() if args.autotune else args.alpha  # [9] a tensor: no sync to read it
         with torch.no_grad():
             next_state_actions, next_state_log_pi, _ = actor.get_action(data["next_observations"])
-            # [2] one vmapped call evaluates both critics: a batched matmul per layer instead of two matmuls
-            qf_next_target = torch.vmap(batched_qf, (0, None, None))(
-                qnet_target, data["next_observations"], next_state_actions
-            )
-            min_qf_next_target = qf_next_target.min(dim=0).values - alpha * next_state_log_pi
-            next_q_value = data["rewards"].flatten() + (1 - data["dones"].flatten()) * args.gamma * min_qf_next_target.view(-1)
+            qf1_next_target, qf2_next_target = qfs(qnet_target, data["next_observations"], next_state_actions)  # [2]
+            min_qf_next_target = torch.min(qf1_next_target, qf2_next_target) - alpha * next_state_log_pi
+            next_q_value = data["rewards"].flatten() + (1 - data["dones"].flatten()) * args.gamma * (min_qf_next_target).view(-1)
 
-        qf_a_values = torch.vmap(batched_qf, (0, None, None))(qnet_params, data["observations"], data["actions"])
-        qf_a_values = qf_a_values.view(2, -1)
-        qf_losses = (qf_a_values - next_q_value).pow(2).mean(1)  # [2] the two critics' mse losses
-        qf_loss = qf_losses.sum()
-        # [5] gradients as values (torch.autograd.grad), not accumulated into .grad: nothing to zero, and
-        # only the gradients asked for are computed
-        q_optimizer.step(torch.autograd.grad(qf_loss, q_optimizer.params))
-        qf_values, qf_losses = qf_a_values.detach().mean(1), qf_losses.detach()
-        out = dict(qf1_values=qf_values[0], qf2_values=qf_values[1], qf1_loss=qf_losses[0], qf2_loss=qf_losses[1],
-                   qf_loss=qf_loss.detach() / 2.0)
+        qf1_a_values, qf2_a_values = qfs(qnet_params, data["observations"], data["actions"]).view(2, -1)  # [2]
+        qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
+        qf2_loss = F.mse_loss(qf2_a_values, next_q_value)
+        qf_loss = qf1_loss + qf2_loss
+
+        # optimize the model
+        optimize(q_optimizer, qf_loss)
+        out = dict(qf1_values=qf1_a_values.detach().mean(), qf2_values=qf2_a_values.detach().mean(),
+                   qf1_loss=qf1_loss.detach(), qf2_loss=qf2_loss.detach(), qf_loss=qf_loss.detach() / 2.0)
 
         if policy_step:  # TD 3 Delayed update support
             for _ in range(args.policy_frequency):  # compensate for the delay by doing 'policy_frequency' instead of 1
                 pi, log_pi, _ = actor.get_action(data["observations"])
-                qf_pi = torch.vmap(batched_qf, (0, None, None))(qnet_params, data["observations"], pi)
-                min_qf_pi = qf_pi.min(0).values
+                qf1_pi, qf2_pi = qfs(qnet_params, data["observations"], pi)  # [2]
+                min_qf_pi = torch.min(qf1_pi, qf2_pi)
                 actor_loss = ((alpha * log_pi) - min_qf_pi).mean()
-                # [5] the actor's gradients only: autograd skips the critics' weights, which this step does not update
-                actor_optimizer.step(torch.autograd.grad(actor_loss, actor_optimizer.params))
+                optimize(actor_optimizer, actor_loss)
                 out["actor_loss"] = actor_loss.detach()
 
                 if args.autotune:
                     with torch.no_grad():
                         _, log_pi, _ = actor.get_action(data["observations"])
                     alpha_loss = (-log_alpha.exp() * (log_pi + target_entropy)).mean()
-                    a_optimizer.step(torch.autograd.grad(alpha_loss, [log_alpha]))
-                    alpha = log_alpha.detach().exp()
+                    optimize(a_optimizer, alpha_loss)
+                    alpha = log_alpha.detach().exp()  # [9]
                     out["alpha_loss"] = alpha_loss.detach()
-            out["alpha"] = alpha
 
-        # update the target networks
+        out["alpha"] = alpha
+
+        # update the target networks: each target weight moves `tau` of the way to its network's (Polyak
+        # averaging), so that the critics' targets change slowly
         if target_step:
             # [6] one fused lerp over every target weight instead of a Python loop of copies
             qnet_target.lerp_(qnet_params.data, args.tau)
-        return out  # [5] a plain dict of tensors: no TensorDict to build (and check) at every call
+        return out
 
+    writer = harness.make_writer(args, run_name)
+    # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
+    progress = harness.Progress(args, writer, total=args.total_timesteps, start_step=args.learning_starts + 1,
+                                warmup_steps=args.measure_after)
+    # the latest episode's return; the latest losses (the actor's and temperature's from the last policy step)
+    episodic_return, losses = float("nan"), {}
+
+    # [4] the policy that acts reads the trained weights, detached, in a weightless shell: no autograd bookkeeping
+    with torch.device("meta"):
+        actor_detach = Actor(env)
+    from_module(actor).data.to_module(actor_detach, preserve_module_state=False)
+    policy = actor_detach.get_action
     if args.compile:  # [7]
-        # [10] on the CPU compiled code draws its random numbers from torch's generator, as eager
-        # code does (the run without --compile reproduced); on a GPU inductor's own, fused, draws others
-        torch._inductor.config.fallback_random = device.type == "cpu"
         if device.type == "cpu":
-            # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated
-            # Python function, which cuts the fixed cost of each call of these small programs (on a GPU,
-            # --cudagraphs replays them as CUDA graphs instead)
+            # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated Python
+            # function, which cuts the fixed cost of each call of these small programs (on a GPU, --cudagraphs
+            # replays them as CUDA graphs instead); set on the CPU in every twin that compiles there, a choice made
+            # from one CPU's measurement (docs/speed_settings.md)
             torch._inductor.config.cpp_wrapper = True
         # trace torch.autograd.grad into the compiled graph: forward, backward and the Adam steps of the
         # whole update become one program, with no graph break and one guard check per update
         torch._dynamo.config.trace_autograd_ops = True
         # a crash worked around: torch before 2.12 cannot compile this update on CUDA (see the harness)
         update = torch.compile(update, options=harness.inductor_options(device))
-        policy = torch.compile(policy)
-
-    # the update's variants (a policy step or not, a target step or not): [7] under --compile each its own program
-    updates = {(p, t): functools.partial(update, policy_step=p, target_step=t) for p in (False, True) for t in (False, True)}
+        if device.type in COMPILED_ACTING:
+            policy = torch.compile(policy)
+    # [7] the update's variants (a policy step or not, a target step or not): under --compile a program each
+    updates = {(p, t): functools.partial(update, policy_step=p, target_step=t)
+               for p in (False, True) for t in (False, True)}
     if args.cudagraphs:
-        # [8] each whole update becomes one graph replay; the warm-up calls before the capture let compilation
-        # finish (without CUDA: called directly)
+        # [8] each variant of the update, and the acting step, captured as a graph after its warm-up calls (which
+        # let compilation finish); without CUDA the module calls the function, after cloning its tensor arguments
         warmup = 4 if args.compile else 2
         updates = {key: CudaGraphModule(fn, warmup=warmup) for key, fn in updates.items()}
         policy = CudaGraphModule(policy, warmup=warmup)
 
-    writer = harness.make_writer(args, run_name)
-    # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
-    progress = harness.Progress(args, writer, total=args.total_timesteps, start_step=args.learning_starts + 1,
-                                warmup_steps=args.measure_after)
-    # [9] the last updates' outputs, without and with the delayed actor step: left on the device and read
-    # only at logging intervals
-    episodic_return, out_main, out_pol = float("nan"), None, None
+    def update(idx, policy_step, target_step):  # [7] the loop's update: its variant's program
+        return updates[policy_step, target_step](idx)
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
@@ -438,7 +446,7 @@ def main(args: Args) -> None:
         if global_step < args.learning_starts:
             action = env.action_space.sample()
         else:
-            # [4] the acting step on the detached weights ([7], [8]: compiled or graphed with the flags)
+            # [4] the acting step on the detached weights (compiled or graphed with the flags, above)
             action, _, _ = policy(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])
             action = action[0].cpu().numpy()
 
@@ -462,25 +470,19 @@ def main(args: Args) -> None:
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
-            # [3] only the batch's indices here: the update gathers the batch itself, inside its program
-            idx = rb.sample_indices(args.batch_size)
-            policy_step = global_step % args.policy_frequency == 0
-            out = updates[policy_step, global_step % args.target_network_frequency == 0](idx)
-            out_main, out_pol = out, (out if policy_step else out_pol)
+            idx = rb.sample_indices(args.batch_size)  # [3] only the batch's indices here: the update gathers the batch
+            losses |= update(idx, policy_step=global_step % args.policy_frequency == 0,
+                             target_step=global_step % args.target_network_frequency == 0)
 
             if global_step % 100 == 0:
-                # [9] the only reads of device values in the loop but the action, at logging intervals
-                # the last policy step's values, then this step's (the critic's values are this step's)
-                logs = (out_pol or {}) | out_main
-                harness.log_losses(writer, logs, global_step)
+                harness.log_losses(writer, losses, global_step)  # read back to the host here, at logging steps only
                 progress.log(global_step, episodic_return)
     progress.close()
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         qf1, qf2 = (qnet_params.data[i].flatten_keys(".").to_dict() for i in range(2))  # [2] unstacked: eager's layout
-        torch.save({"algo": "sac", "args": asdict(args), "actor": actor.state_dict(), "qf1": qf1, "qf2": qf2},
-                   model_path)
+        torch.save({"algo": "sac", "args": asdict(args), "actor": actor.state_dict(), "qf1": qf1, "qf2": qf2}, model_path)
         print(f"model saved to {model_path}")
 
         def act(obs):  # the policy's mean action, as CleanRL's evaluation plays it

@@ -1,12 +1,13 @@
 """Twin Delayed DDPG (TD3) for continuous actions: the eager PyTorch reference.
 
-CleanRL's algorithm and defaults: twin Q-networks and a deterministic actor with
-target copies, clipped double-Q targets, target policy smoothing and delayed
-actor and target updates. Read it next to `td3_continuous_action_torchcompile.py`,
-which learns the same thing faster; on the CPU the two draw the same random
-numbers, so their runs can be compared number for number. Unlike CleanRL's script,
-this one steps a single gymnasium environment (no vector env) and keeps its replay
-buffer in a small class below.
+CleanRL's algorithm and hyperparameters: twin Q-networks and a deterministic actor with
+target copies, clipped double-Q targets, target policy smoothing and delayed actor and
+target updates. Its default task is LeanRL's, HalfCheetah-v4 (CleanRL's TD3 defaults to
+Hopper-v4). Read it next to `td3_continuous_action_torchcompile.py`, which learns the same
+thing (faster with --compile); on the CPU the two draw the same random numbers, so their
+runs can be compared number for number (up to float rounding). Unlike CleanRL's script,
+this one steps a single gymnasium environment (no vector env), keeps its replay buffer in
+a small class below, and writes one update as a function of a batch.
 
     python leanrl/td3_continuous_action.py --env-id HalfCheetah-v4
 """
@@ -16,13 +17,13 @@ import os
 import random
 import time
 from dataclasses import asdict, dataclass
-from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.optim import Adam
 from leanrl_utils import evals, harness  # the contract's plumbing (flags, errors, device, logging), playing a policy
 
 
@@ -141,22 +142,35 @@ class Actor(nn.Module):
 
 
 class ReplayBuffer:
-    """A circular buffer of transitions in CPU tensors; batches go to `device` when sampled."""
+    """A circular buffer of transitions, one row of a single CPU tensor each (observation, next observation,
+    action, reward, done): a batch is gathered with one index and split into its fields."""
 
     def __init__(self, size: int, obs_dim: int, act_dim: int, device: torch.device):
-        dims = dict(observations=obs_dim, next_observations=obs_dim, actions=act_dim, rewards=1, dones=1)
-        self.data = {key: torch.zeros(size, dim) for key, dim in dims.items()}
+        self.widths = [obs_dim, obs_dim, act_dim, 1, 1]  # observations, next_observations, actions, rewards, dones
         self.size, self.pos, self.full, self.device = size, 0, False, device
+        self.rows = torch.zeros(size, sum(self.widths))
 
     def add(self, obs, next_obs, action, reward, done):
-        for key, value in zip(self.data, (obs, next_obs, action, reward, done)):
-            self.data[key][self.pos] = torch.as_tensor(value, dtype=torch.float32)
+        self.rows[self.pos] = torch.as_tensor(np.concatenate([obs, next_obs, action, [reward, done]]))
         self.pos = (self.pos + 1) % self.size
         self.full = self.full or self.pos == 0
 
-    def sample(self, batch_size: int) -> SimpleNamespace:
+    def sample(self, batch_size: int) -> dict:
+        """A batch drawn uniformly from the transitions held, on `device`."""
         idx = torch.randint(0, self.size if self.full else self.pos, (batch_size,))
-        return SimpleNamespace(**{key: value[idx].to(self.device) for key, value in self.data.items()})
+        return {key: value.to(self.device) for key, value in self.batch(idx).items()}
+
+    def batch(self, idx: torch.Tensor) -> dict:
+        """The transitions at `idx`, field by field (views of one gathered block of rows)."""
+        keys = ("observations", "next_observations", "actions", "rewards", "dones")
+        return dict(zip(keys, self.rows[idx].split(self.widths, dim=1)))
+
+
+def optimize(optimizer: Adam, loss: torch.Tensor) -> None:
+    """One gradient step of `optimizer` on `loss`."""
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
 
 
 def main(args: Args) -> None:
@@ -172,22 +186,67 @@ def main(args: Args) -> None:
     # env setup
     env = make_env(args.env_id, args.seed, args.capture_video, run_name)
 
+    # the networks are built on the CPU and moved: their initial weights come from the CPU generator, on any device
     actor = Actor(env).to(device)
     qf1 = QNetwork(env).to(device)
     qf2 = QNetwork(env).to(device)
     target_actor = copy.deepcopy(actor)  # the targets start as exact copies
     qf1_target = copy.deepcopy(qf1)
     qf2_target = copy.deepcopy(qf2)
-    q_optimizer = torch.optim.Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.learning_rate)
-    actor_optimizer = torch.optim.Adam(list(actor.parameters()), lr=args.learning_rate)
+    q_optimizer = Adam(list(qf1.parameters()) + list(qf2.parameters()), lr=args.learning_rate)
+    actor_optimizer = Adam(list(actor.parameters()), lr=args.learning_rate)
     low, high = env.action_space.low, env.action_space.high
 
+    # the replay buffer: every step's transition (its true next observation, done only where the episode terminated),
+    # from which each update draws a uniform batch
     rb = ReplayBuffer(args.buffer_size, env.observation_space.shape[0], env.action_space.shape[0], device)
+
+    def update(data: dict, policy_step: bool) -> dict:
+        """One update on a batch: the critics; with `policy_step` (the delayed update) the actor, then the target
+        networks. Returns the values to log, detached from autograd's graph."""
+        with torch.no_grad():
+            # target policy smoothing: the target actor's action for the next observation, plus clipped noise
+            clipped_noise = (torch.randn_like(data["actions"], device=device) * args.policy_noise).clamp(
+                -args.noise_clip, args.noise_clip
+            ) * target_actor.action_scale
+
+            next_state_actions = (target_actor(data["next_observations"]) + clipped_noise).clamp(low[0], high[0])
+            qf1_next_target = qf1_target(data["next_observations"], next_state_actions)
+            qf2_next_target = qf2_target(data["next_observations"], next_state_actions)
+            min_qf_next_target = torch.min(qf1_next_target, qf2_next_target)
+            next_q_value = data["rewards"].flatten() + (1 - data["dones"].flatten()) * args.gamma * (min_qf_next_target).view(-1)
+
+        qf1_a_values = qf1(data["observations"], data["actions"]).view(-1)
+        qf2_a_values = qf2(data["observations"], data["actions"]).view(-1)
+        qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
+        qf2_loss = F.mse_loss(qf2_a_values, next_q_value)
+        qf_loss = qf1_loss + qf2_loss
+
+        # optimize the model
+        optimize(q_optimizer, qf_loss)
+        out = dict(qf1_values=qf1_a_values.detach().mean(), qf2_values=qf2_a_values.detach().mean(),
+                   qf1_loss=qf1_loss.detach(), qf2_loss=qf2_loss.detach(), qf_loss=qf_loss.detach() / 2.0)
+
+        if policy_step:
+            actor_loss = -qf1(data["observations"], actor(data["observations"])).mean()
+            optimize(actor_optimizer, actor_loss)
+            out["actor_loss"] = actor_loss.detach()
+
+            # update the target network
+            for param, target_param in zip(actor.parameters(), target_actor.parameters()):
+                target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
+            for param, target_param in zip(qf1.parameters(), qf1_target.parameters()):
+                target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
+            for param, target_param in zip(qf2.parameters(), qf2_target.parameters()):
+                target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
+        return out
+
     writer = harness.make_writer(args, run_name)
     # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
     progress = harness.Progress(args, writer, total=args.total_timesteps, start_step=args.learning_starts + 1,
                                 warmup_steps=args.measure_after)
-    episodic_return, actor_loss = float("nan"), None
+    # the latest episode's return; the latest losses (the actor's from the last policy step)
+    episodic_return, losses = float("nan"), {}
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
@@ -223,46 +282,10 @@ def main(args: Args) -> None:
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
             data = rb.sample(args.batch_size)
-            with torch.no_grad():
-                clipped_noise = (torch.randn_like(data.actions, device=device) * args.policy_noise).clamp(
-                    -args.noise_clip, args.noise_clip
-                ) * target_actor.action_scale
-
-                next_state_actions = (target_actor(data.next_observations) + clipped_noise).clamp(low[0], high[0])
-                qf1_next_target = qf1_target(data.next_observations, next_state_actions)
-                qf2_next_target = qf2_target(data.next_observations, next_state_actions)
-                min_qf_next_target = torch.min(qf1_next_target, qf2_next_target)
-                next_q_value = data.rewards.flatten() + (1 - data.dones.flatten()) * args.gamma * (min_qf_next_target).view(-1)
-
-            qf1_a_values = qf1(data.observations, data.actions).view(-1)
-            qf2_a_values = qf2(data.observations, data.actions).view(-1)
-            qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
-            qf2_loss = F.mse_loss(qf2_a_values, next_q_value)
-            qf_loss = qf1_loss + qf2_loss
-
-            # optimize the model
-            q_optimizer.zero_grad()
-            qf_loss.backward()
-            q_optimizer.step()
-
-            if global_step % args.policy_frequency == 0:
-                actor_loss = -qf1(data.observations, actor(data.observations)).mean()
-                actor_optimizer.zero_grad()
-                actor_loss.backward()
-                actor_optimizer.step()
-
-                # update the target network
-                for param, target_param in zip(actor.parameters(), target_actor.parameters()):
-                    target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
-                for param, target_param in zip(qf1.parameters(), qf1_target.parameters()):
-                    target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
-                for param, target_param in zip(qf2.parameters(), qf2_target.parameters()):
-                    target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
+            losses |= update(data, policy_step=global_step % args.policy_frequency == 0)
 
             if global_step % 100 == 0:
-                harness.log_losses(writer, dict(qf1_values=qf1_a_values.mean(), qf2_values=qf2_a_values.mean(),
-                                                qf1_loss=qf1_loss, qf2_loss=qf2_loss, qf_loss=qf_loss / 2.0,
-                                                actor_loss=actor_loss), global_step)
+                harness.log_losses(writer, losses, global_step)  # read back to the host here, at logging steps only
                 progress.log(global_step, episodic_return)
     progress.close()
 

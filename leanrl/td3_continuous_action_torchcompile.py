@@ -1,42 +1,39 @@
 """Twin Delayed DDPG (TD3) for continuous actions, made fast.
 
-The algorithm, defaults and random-number stream of `td3_continuous_action.py`;
-only the execution changes. Each optimization carries a comment saying what it
-saves:
+The algorithm, defaults and random-number stream (on the CPU: item 8) of `td3_continuous_action.py`; only the
+execution changes. Each optimization carries a comment saying what it saves:
 
-1. the twin Q-networks run as one `torch.vmap`'d ensemble (one batched matmul per
-   layer for both critics, one optimizer over stacked weights);
-2. the replay buffer is one tensor of rows preallocated on the training device, a
-   transition per row, staged on the host and copied over together when a batch is
-   drawn (or when the stage fills), or on the CPU written straight into its row; the
-   update gathers its batch from it with one index;
-3. the policy that acts runs the trained weights detached, in a weightless copy, and
-   draws its exploration noise and clips its action on the device: no host
-   round-trip but the action handed to the environment;
-4. each update (critic, delayed actor, target networks) is one function: gradients
-   come from `torch.autograd.grad` (only those asked for, nothing to zero) and Adam is
-   written out over tensors (`Adam` below), so that the whole update can be one
+1. the twin Q-networks run as one `torch.vmap`'d ensemble (one batched matmul per layer for both critics, one
+   optimizer over stacked weights);
+2. the replay buffer's rows preallocated on the training device, staged on the host and copied over together when
+   a batch is drawn (or when the stage fills), or on the CPU written straight into their row; the update takes the
+   batch's indices and gathers the batch itself;
+3. the policy that acts runs the trained weights detached, in a weightless copy, and draws its exploration noise
+   and clips its action on the device: no host round-trip but the action handed to the environment;
+4. gradients from `torch.autograd.grad` (only those asked for, nothing to zero) and Adam written out over tensors
+   (`Adam`, `optimize` below), so that the whole update (critic, delayed actor, target networks) can be one
    compiled program;
-5. target networks are updated with one fused `lerp_` per network;
-6. `--compile`: `torch.compile` of the whole update, one graph per kind of update
-   (with or without the delayed actor step), and of the acting step on a GPU;
-7. `--cudagraphs`: each kind of update, and the acting step, replayed as one CUDA
-   graph (tensordict's `CudaGraphModule`): one launch for all of its kernels on a GPU;
-8. no `.item()` in the hot loop: but for the action handed to the environment, values
-   stay on the device and are read back only at logging intervals.
-9. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`),
-   so that it reproduces the run without it, for draws left out of the kernels' fusion;
-   on a GPU inductor's own generator stays on, fused, and draws other numbers.
+5. the target networks are updated with one fused lerp per network;
+6. `--compile`: `torch.compile` of the whole update, one graph per variant of the update (with or without the
+   delayed actor step), and of the acting step on the devices `COMPILED_ACTING` names; on a CPU with inductor's
+   C++ wrapper (kernels called from C++);
+7. `--cudagraphs`: each variant of the update, and the acting step, captured as a CUDA graph (tensordict's
+   `CudaGraphModule`): a replay launches the graph's kernels at once, beside a copy of its inputs into the graph's
+   and a clone of each output. Without CUDA the module calls the function itself, after cloning each tensor
+   argument (a copy per call);
+8. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`), so that it reproduces the
+   run without it, for draws left out of the kernels' fusion; on a GPU inductor's own generator stays on, fused,
+   and draws other numbers.
 
-Each change from the eager script is tagged in its comment with its number here
-([N]), so that `diff -u td3_continuous_action.py td3_continuous_action_torchcompile.py`
-reads as this list.
+Each change from the eager script is tagged in its comment with its number here ([N]), so that
+`diff -u td3_continuous_action.py td3_continuous_action_torchcompile.py` reads as this list.
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 
     python leanrl/td3_continuous_action_torchcompile.py --compile --cudagraphs
 """
 
+import copy
 import functools
 import os
 import random
@@ -116,6 +113,12 @@ def check_args(args: Args) -> None:
     harness.known_env_id(args.env_id, "gymnasium")
 
 
+# [6] The devices on which --compile compiles the acting step (the actor, its exploration noise and clip, at batch 1).
+# On one CPU the bare actor, timed alone, ran slower compiled than eager (docs/inference.md): a compiled call's fixed
+# cost (guards, the wrapper) outweighs so small a step there; neither this whole step nor a run's fps was timed so.
+COMPILED_ACTING = ("cuda",)
+
+
 def make_env(env_id: str, seed: int, capture_video: bool = False, run_name: str = "") -> gym.Env:
     """One environment with episode statistics; a user's bad id or action space stops here."""
     if capture_video:
@@ -173,11 +176,10 @@ class Actor(nn.Module):
 
 
 class ReplayBuffer:
-    """[2] A circular buffer of transitions preallocated on the training device. Each transition is one row of
-    a single tensor (observation, next observation, action, reward, done), so that the update gathers a
-    batch with one index, inside its compiled program; rows are staged on the host and reach the device
-    together when a batch is drawn (one copy of the rows, one of their places), not five small copies per
-    step; on the CPU a transition goes straight into its row."""
+    """[2] The eager script's buffer of rows, preallocated on the training device: the rows written since the last draw
+    are staged on the host and reach the device together when a batch is drawn (one copy of the rows, one of their
+    places), where the eager script moves each batch to the device field by field; on the CPU a transition goes
+    straight into its row. The update takes a batch's indices and gathers the batch itself, inside its program."""
 
     def __init__(self, size: int, obs_dim: int, act_dim: int, device: torch.device, stage: int = 64):
         self.widths = [obs_dim, obs_dim, act_dim, 1, 1]  # observations, next_observations, actions, rewards, dones
@@ -266,10 +268,11 @@ class Adam:
         self.bias_correction2_sqrt.copy_((1 - self.beta2 ** (self.t + 1)).sqrt())
 
 
-# [6] The devices on which --compile compiles the acting step: CUDA only. On a CPU, at batch 1, a compiled call's
-# fixed cost (guards, the wrapper) is large against this small step (an MLP, its noise, a clip): the bare actor
-# ran slower compiled (docs/inference.md); the step as written here, with its noise, was not timed.
-COMPILED_ACTING = ("cuda",)
+def optimize(optimizer: Adam, loss: torch.Tensor) -> None:
+    """[4] One gradient step of `optimizer` on `loss`, its gradients as values (torch.autograd.grad), not accumulated
+    into .grad: nothing to zero, and only the gradients of the optimizer's own weights are computed (the actor's
+    step skips the critics' weights, which it does not update)."""
+    optimizer.step(torch.autograd.grad(loss, optimizer.params))
 
 
 def main(args: Args) -> None:
@@ -281,96 +284,106 @@ def main(args: Args) -> None:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = harness.pick_device(args)  # CUDA if asked for and usable, else the CPU (saying why); CPU threads
+    if args.compile and device.type == "cpu":
+        # [8] on the CPU compiled code draws its random numbers from torch's generator, as eager code does (the
+        # run without --compile reproduced); on a GPU inductor's own generator, fused, draws others (left as it is)
+        torch._inductor.config.fallback_random = True
 
     # env setup
     env = make_env(args.env_id, args.seed, args.capture_video, run_name)
 
+    # the networks are built on the CPU and moved: their initial weights come from the CPU generator, on any device
     actor = Actor(env).to(device)
-    actor_params = from_module(actor).data  # detached views of the actor's weights, shared storage
-    with torch.device("meta"):  # shells without weights of their own: each runs the weights put into it
-        actor_detach, target_actor = Actor(env), Actor(env)
-    # [3] the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
-    actor_params.to_module(actor_detach, preserve_module_state=False)
-    # [5] the target actor: a copy of the weights in a shell (the targets start as exact copies)
-    target_actor_params = actor_params.clone()
-    target_actor_params.to_module(target_actor, preserve_module_state=False)
-
-    def get_q_params():  # [1] the twin critics' weights stacked, run by one weightless shell
-        # the networks are built on the CPU and moved, as in the eager script: the same initial weights, drawn
-        # from the CPU generator, on any device
-        qf1 = QNetwork(env).to(device)
-        qf2 = QNetwork(env).to(device)
-        qnet_params = from_modules(qf1, qf2, as_module=True)
-        qnet_target = qnet_params.data.clone()
-        # discard the params of the original modules: a "meta" shell runs any set of weights
-        with torch.device("meta"):
-            qnet = QNetwork(env)
-        qnet_params.to_module(qnet, preserve_module_state=False)
-        return qnet_params, qnet_target, qnet
-
-    qnet_params, qnet_target, qnet = get_q_params()
-    # [1] stacked weights: one Adam over both critics ([4] Adam written out above: one program with the update)
-    q_optimizer = Adam(qnet_params.values(True, True), lr=args.learning_rate)
-    actor_optimizer = Adam(actor.parameters(), lr=args.learning_rate)
-    low, high = env.action_space.low, env.action_space.high
-    # [3] exploration noise and action bounds as device tensors: the acting step stays on the device
-    exploration_std = actor.action_scale * args.exploration_noise
-    low_t, high_t = (torch.as_tensor(b, device=device) for b in (low, high))
-
-    rb = ReplayBuffer(args.buffer_size, env.observation_space.shape[0], env.action_space.shape[0], device)
-
-    def policy(obs):  # [3] the acting step: the detached actor, its noise and clip, on the device
-        action = actor_detach(obs)
-        action = action + torch.randn_like(action) * exploration_std
-        return action.clamp(low_t, high_t)
+    qf1 = QNetwork(env).to(device)
+    qf2 = QNetwork(env).to(device)
+    target_actor = copy.deepcopy(actor)  # the targets start as exact copies
+    # [1] the twin critics' weights stacked (the targets start as exact copies), run by one weightless shell
+    qnet_params = from_modules(qf1, qf2, as_module=True)
+    qnet_target = qnet_params.data.clone()
+    with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
+        qnet = QNetwork(env)
+    qnet_params.to_module(qnet, preserve_module_state=False)
 
     def batched_qf(params, obs, action):
         with params.to_module(qnet, preserve_module_state=False):
             return qnet(obs, action)
 
-    def update(idx, policy_step: bool):
-        """[4] One whole update, from the batch's indices to the target networks: under --compile one program."""
-        data = rb.batch(idx)  # [2] the batch is gathered inside the update: one index, fused with its first reads
+    def qfs(params, obs, action):  # both critics' values, stacked: one vmapped call, a batched matmul per layer
+        return torch.vmap(batched_qf, (0, None, None))(params, obs, action)
+
+    def qf1(obs, action):  # only the first critic enters the actor's loss: it runs alone, on its slice of the weights
+        return batched_qf(qnet_params[0], obs, action)
+
+    q_optimizer = Adam(qnet_params.values(True, True), lr=args.learning_rate)  # stacked weights: one Adam for both
+    actor_optimizer = Adam(list(actor.parameters()), lr=args.learning_rate)
+    low, high = env.action_space.low, env.action_space.high
+
+    # the replay buffer: every step's transition (its true next observation, done only where the episode terminated),
+    # from which each update draws a uniform batch
+    rb = ReplayBuffer(args.buffer_size, env.observation_space.shape[0], env.action_space.shape[0], device)
+
+    def update(idx: torch.Tensor, policy_step: bool) -> dict:  # [2] the batch's indices
+        """One update on a batch: the critics; with `policy_step` (the delayed update) the actor, then the target
+        networks. Returns the values to log, detached from autograd's graph."""
+        data = rb.batch(idx)  # [2] the batch gathered inside the update: one index, fused with its first reads
         with torch.no_grad():
-            clipped_noise = (torch.randn_like(data["actions"]) * args.policy_noise).clamp(
+            # target policy smoothing: the target actor's action for the next observation, plus clipped noise
+            clipped_noise = (torch.randn_like(data["actions"], device=device) * args.policy_noise).clamp(
                 -args.noise_clip, args.noise_clip
             ) * target_actor.action_scale
 
             next_state_actions = (target_actor(data["next_observations"]) + clipped_noise).clamp(low[0], high[0])
-            # [1] one vmapped call evaluates both critics: a batched matmul per layer instead of two matmuls
-            qf_next_target = torch.vmap(batched_qf, (0, None, None))(
-                qnet_target, data["next_observations"], next_state_actions
-            )
-            min_qf_next_target = qf_next_target.min(dim=0).values
-            next_q_value = data["rewards"].flatten() + (1 - data["dones"].flatten()) * args.gamma * min_qf_next_target.view(-1)
+            qf1_next_target, qf2_next_target = qfs(qnet_target, data["next_observations"], next_state_actions)  # [1]
+            min_qf_next_target = torch.min(qf1_next_target, qf2_next_target)
+            next_q_value = data["rewards"].flatten() + (1 - data["dones"].flatten()) * args.gamma * (min_qf_next_target).view(-1)
 
-        qf_a_values = torch.vmap(batched_qf, (0, None, None))(qnet_params, data["observations"], data["actions"])
-        qf_a_values = qf_a_values.view(2, -1)
-        qf_losses = (qf_a_values - next_q_value).pow(2).mean(1)  # [1] the two critics' mse losses
-        qf_loss = qf_losses.sum()
-        # [4] gradients as values (torch.autograd.grad), not accumulated into .grad: nothing to zero, and
-        # only the gradients asked for are computed
-        q_optimizer.step(torch.autograd.grad(qf_loss, q_optimizer.params))
-        qf_values, qf_losses = qf_a_values.detach().mean(1), qf_losses.detach()
-        out = dict(qf1_values=qf_values[0], qf2_values=qf_values[1], qf1_loss=qf_losses[0], qf2_loss=qf_losses[1],
-                   qf_loss=qf_loss.detach() / 2.0)
+        qf1_a_values, qf2_a_values = qfs(qnet_params, data["observations"], data["actions"]).view(2, -1)  # [1]
+        qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
+        qf2_loss = F.mse_loss(qf2_a_values, next_q_value)
+        qf_loss = qf1_loss + qf2_loss
+
+        # optimize the model
+        optimize(q_optimizer, qf_loss)
+        out = dict(qf1_values=qf1_a_values.detach().mean(), qf2_values=qf2_a_values.detach().mean(),
+                   qf1_loss=qf1_loss.detach(), qf2_loss=qf2_loss.detach(), qf_loss=qf_loss.detach() / 2.0)
 
         if policy_step:
-            # [1] only the first critic enters the actor loss: evaluate it alone; [4] the actor's gradients only,
-            # autograd skips the critic's weights, which this step does not update
-            actor_loss = -batched_qf(qnet_params[0], data["observations"], actor(data["observations"])).mean()
-            actor_optimizer.step(torch.autograd.grad(actor_loss, actor_optimizer.params))
+            actor_loss = -qf1(data["observations"], actor(data["observations"])).mean()
+            optimize(actor_optimizer, actor_loss)
             out["actor_loss"] = actor_loss.detach()
 
-            # update the target networks: [5] one fused lerp per network instead of a Python loop of copies
-            target_actor_params.lerp_(actor_params, args.tau)
-            qnet_target.lerp_(qnet_params.data, args.tau)
-        return out  # [4] a plain dict of tensors: no TensorDict to build (and check) at every call
+            # update the target network
+            with torch.no_grad():  # [5] one fused lerp per network instead of a Python loop of copies
+                torch._foreach_lerp_(list(target_actor.parameters()), list(actor.parameters()), args.tau)
+                qnet_target.lerp_(qnet_params.data, args.tau)
+        return out
+
+    writer = harness.make_writer(args, run_name)
+    # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
+    progress = harness.Progress(args, writer, total=args.total_timesteps, start_step=args.learning_starts + 1,
+                                warmup_steps=args.measure_after)
+    # the latest episode's return; the latest losses (the actor's from the last policy step)
+    episodic_return, losses = float("nan"), {}
+
+    # [3] the policy that acts reads the trained weights, detached, in a weightless shell (no autograd bookkeeping),
+    # and draws its exploration noise and clips its action on the device: no host round-trip but the action's
+    with torch.device("meta"):
+        actor_detach = Actor(env)
+    from_module(actor).data.to_module(actor_detach, preserve_module_state=False)
+    exploration_std = actor.action_scale * args.exploration_noise
+    low_t, high_t = (torch.as_tensor(b, device=device) for b in (low, high))
+
+    def policy(obs):  # the acting step: the detached actor, its noise and its clip
+        action = actor_detach(obs)
+        return (action + torch.randn_like(action) * exploration_std).clamp(low_t, high_t)
 
     if args.compile:  # [6]
-        # [9] on the CPU compiled code draws its random numbers from torch's generator, as eager
-        # code does (the run without --compile reproduced); on a GPU inductor's own, fused, draws others
-        torch._inductor.config.fallback_random = device.type == "cpu"
+        if device.type == "cpu":
+            # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated Python
+            # function, which cuts the fixed cost of each call of these small programs (on a GPU, --cudagraphs
+            # replays them as CUDA graphs instead); set on the CPU in every twin that compiles there, a choice made
+            # from one CPU's measurement (docs/speed_settings.md)
+            torch._inductor.config.cpp_wrapper = True
         # trace torch.autograd.grad into the compiled graph: forward, backward and the Adam steps of the
         # whole update become one program, with no graph break and one guard check per update
         torch._dynamo.config.trace_autograd_ops = True
@@ -378,24 +391,17 @@ def main(args: Args) -> None:
         update = torch.compile(update, options=harness.inductor_options(device))
         if device.type in COMPILED_ACTING:
             policy = torch.compile(policy)
-
-    # the update's two kinds (with the delayed actor and target step or without): [6] under --compile each its
-    # own program
+    # [6] the update's variants (with the delayed actor and target step or without): under --compile a program each
     updates = {p: functools.partial(update, policy_step=p) for p in (False, True)}
     if args.cudagraphs:
-        # [7] each whole update becomes one graph replay; the warm-up calls before the capture let compilation
-        # finish (without CUDA: called directly)
+        # [7] each variant of the update, and the acting step, captured as a graph after its warm-up calls (which
+        # let compilation finish); without CUDA the module calls the function, after cloning its tensor arguments
         warmup = 4 if args.compile else 2
         updates = {key: CudaGraphModule(fn, warmup=warmup) for key, fn in updates.items()}
         policy = CudaGraphModule(policy, warmup=warmup)
 
-    writer = harness.make_writer(args, run_name)
-    # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
-    progress = harness.Progress(args, writer, total=args.total_timesteps, start_step=args.learning_starts + 1,
-                                warmup_steps=args.measure_after)
-    # [8] the last updates' outputs, without and with the delayed actor step: left on the device and read
-    # only at logging intervals
-    episodic_return, out_main, out_pol = float("nan"), None, None
+    def update(idx, policy_step):  # [6] the loop's update: its variant's program
+        return updates[policy_step](idx)
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
@@ -405,7 +411,7 @@ def main(args: Args) -> None:
         if global_step < args.learning_starts:
             action = env.action_space.sample()
         else:
-            # [3] the detached actor, its noise and clipping, on the device ([6], [7]: compiled or graphed)
+            # [3] the detached actor, its noise and its clip, on the device (compiled or graphed with the flags, above)
             action = policy(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])[0].cpu().numpy()
 
         # TRY NOT TO MODIFY: execute the game and log data.
@@ -428,25 +434,18 @@ def main(args: Args) -> None:
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
-            # [2] only the batch's indices here: the update gathers the batch itself, inside its program
-            idx = rb.sample_indices(args.batch_size)
-            policy_step = global_step % args.policy_frequency == 0
-            out = updates[policy_step](idx)
-            out_main, out_pol = out, (out if policy_step else out_pol)
+            idx = rb.sample_indices(args.batch_size)  # [2] only the batch's indices here: the update gathers the batch
+            losses |= update(idx, policy_step=global_step % args.policy_frequency == 0)
 
             if global_step % 100 == 0:
-                # [8] the only reads of device values in the loop but the action, at logging intervals
-                # the last policy step's values, then this step's (the critic's values are this step's)
-                logs = (out_pol or {}) | out_main
-                harness.log_losses(writer, logs, global_step)
+                harness.log_losses(writer, losses, global_step)  # read back to the host here, at logging steps only
                 progress.log(global_step, episodic_return)
     progress.close()
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         qf1, qf2 = (qnet_params.data[i].flatten_keys(".").to_dict() for i in range(2))  # [1] unstacked: eager's layout
-        torch.save({"algo": "td3", "args": asdict(args), "actor": actor.state_dict(), "qf1": qf1, "qf2": qf2},
-                   model_path)
+        torch.save({"algo": "td3", "args": asdict(args), "actor": actor.state_dict(), "qf1": qf1, "qf2": qf2}, model_path)
         print(f"model saved to {model_path}")
 
         def act(obs):  # the actor's action with its exploration noise, clipped, as CleanRL's evaluation plays it

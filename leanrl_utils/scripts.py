@@ -27,7 +27,7 @@ PPO_JAX = ("Rollout", "TrainState", "compute_gae", "make_functions", "to_torch_s
 DQN_JAX = ("ReplayBuffer", "StagedSteps", "write", "sample", "to_torch_state_dict", "from_torch_state_dict")
 SURFACE: dict[str, tuple[str, ...]] = {
     "sac_continuous_action": SAC + ("ReplayBuffer",),
-    "sac_continuous_action_torchcompile": SAC + ("ReplayBuffer",),
+    "sac_continuous_action_torchcompile": SAC + ("ReplayBuffer", "COMPILED_ACTING"),
     "sac_continuous_action_jax": SAC + OFF_POLICY_JAX,
     "td3_continuous_action": TD3 + ("ReplayBuffer",),
     "td3_continuous_action_torchcompile": TD3 + ("ReplayBuffer", "COMPILED_ACTING"),

@@ -180,6 +180,27 @@ def test_sps_verdict_follows_the_tie_rule():
     assert verdict([2.0, 3.0], [1.0, 2.0]) == "tie"  # touching ranges are not apart
 
 
+def test_sps_sets_a_constant_the_script_declares_not_the_environment():
+    """A configuration's leading NAME=value words set the run's environment, but for a constant its script declares
+    (COMPILED_ACTING: a flag-free choice, compared without editing the script), set on the script as a tuple of the
+    value's comma-separated words; the script then runs with that value (its main() is handed the flags)."""
+    import subprocess
+    import sys
+
+    from benchmarks.sps import WITH_CONSTANTS, split_config
+
+    assert split_config("OMP_WAIT_POLICY=PASSIVE COMPILED_ACTING=cuda,cpu td3_continuous_action_torchcompile --compile") \
+        == ({"OMP_WAIT_POLICY": "PASSIVE"}, {"COMPILED_ACTING": ("cuda", "cpu")}, "td3_continuous_action_torchcompile",
+            ["--compile"])
+    assert split_config("COMPILED_ACTING=cuda dqn --seed 2") == ({"COMPILED_ACTING": "cuda"}, {}, "dqn", ["--seed", "2"])
+    seen = ("from leanrl_utils import harness\nharness.run = lambda main, Args, check, argv: "
+            "print(main.__globals__['COMPILED_ACTING'], argv)\n")
+    out = subprocess.run([sys.executable, "-c", seen + WITH_CONSTANTS, "td3_continuous_action_torchcompile",
+                          repr({"COMPILED_ACTING": ("cuda", "cpu")}), "--compile"], capture_output=True, text=True,
+                         cwd=REPO, timeout=120)
+    assert out.stdout.strip() == "('cuda', 'cpu') ['--compile']", out.stderr[-2000:]
+
+
 def test_one_name_per_study():
     """A study X is benchmarks/X.py (or X.sh, or X_<part>.py for a study in parts), its outputs in docs/X/ and
     its page docs/X.md: every page has its folder and every folder its page (but quoted.md, which measures

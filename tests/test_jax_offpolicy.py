@@ -130,7 +130,7 @@ def run_eager_first_update(pair: str, monkeypatch, tmp_path, record_draw, update
     class Buffer(module.ReplayBuffer):
         def sample(self, batch_size):
             batch = super().sample(batch_size)
-            recorded["batches"].append({k: v.numpy().copy() for k, v in vars(batch).items()})
+            recorded["batches"].append({k: v.numpy().copy() for k, v in batch.items()})
             if len(recorded["batches"]) == 1:
                 recorded["batch"] = recorded["batches"][0]
                 recorded["initial"] = [{k: v.clone() for k, v in net.state_dict().items()} for net in recorded["nets"]]
