@@ -448,7 +448,8 @@ def main(args: Args) -> None:
     if args.compile:  # [8]
         # [11] on the CPU compiled code draws its random numbers from torch's generator, as eager
         # code does (the run without --compile reproduced); on a GPU inductor's own, fused, draws others
-        torch._inductor.config.fallback_random = device.type == "cpu"
+        if device.type == "cpu":  # (on a GPU the setting is left as it is)
+            torch._inductor.config.fallback_random = True
         if device.type == "cpu":
             # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated
             # Python function, which cuts the fixed cost of each call of these small programs (on a GPU,

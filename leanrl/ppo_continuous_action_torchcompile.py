@@ -302,7 +302,8 @@ def main(args: Args) -> None:
         # [10] on the CPU compiled code draws its random numbers from torch's generator, as eager code does (the
         # run without --compile reproduced), each draw a call of its own, outside the fused kernels; on a GPU
         # inductor's own generator, fused into the kernels, draws other numbers
-        torch._inductor.config.fallback_random = device.type == "cpu"
+        if device.type == "cpu":  # (on a GPU the setting is left as it is)
+            torch._inductor.config.fallback_random = True
 
     # env setup
     envs = make_envs(args, run_name)
