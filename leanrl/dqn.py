@@ -176,13 +176,11 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.train_frequency)
     episodic_return = float("nan")
 
-    def policy(obs):
-        """The greedy action (ε-greedy, in the loop, explores around it)."""
+    def policy(obs):  # the greedy action (ε-greedy, in the loop, explores around it)
         with torch.no_grad():
             return q_network.greedy_action(obs)
 
-    def loss_and_grads(data):
-        """The TD loss of a batch and its gradients; returns the values to log, detached."""
+    def loss_and_grads(data):  # the TD loss of a batch and its gradients; returns the values to log, detached
         with torch.no_grad():
             target_max, _ = target_network(data["next_observations"]).max(dim=1)
             td_target = data["rewards"].flatten() + args.gamma * target_max * (1 - data["dones"].flatten())
@@ -191,13 +189,12 @@ def main(args: Args) -> None:
         loss.backward()
         return dict(td_loss=loss.detach(), q_values=old_val.detach().mean())
 
-    def update_target():
-        """The target network moves toward the Q-network by tau (tau = 1: a hard copy)."""
+    def update_target():  # the target network moves toward the Q-network by tau (tau = 1: a hard copy)
         for target_param, q_param in zip(target_network.parameters(), q_network.parameters()):
             target_param.data.copy_(args.tau * q_param.data + (1.0 - args.tau) * target_param.data)
 
     def update(data):
-        """One update: the gradients of the TD loss, then the optimizer's step; returns the values to log."""
+        """One update: the TD loss's gradients, then an optimizer step; returns the values to log."""
         optimizer.zero_grad()
         out = loss_and_grads(data)
         optimizer.step()
