@@ -249,12 +249,10 @@ def main(args: Args) -> None:
         q_network_detach = QNetwork(env)
     from_module(q_network).data.to_module(q_network_detach, preserve_module_state=False)
 
-    def policy(obs):
-        """The greedy action (ε-greedy, in the loop, explores around it)."""
+    def policy(obs):  # the greedy action (ε-greedy, in the loop, explores around it)
         return q_network_detach.greedy_action(obs)  # [3] on the detached weights: no torch.no_grad() to enter
 
-    def loss_and_grads(data):
-        """The TD loss of a batch and its gradients; returns the values to log, detached."""
+    def loss_and_grads(data):  # the TD loss of a batch and its gradients; returns the values to log, detached
         with torch.no_grad():
             target_max, _ = target_network(data["next_observations"]).max(dim=1)
             td_target = data["rewards"].flatten() + args.gamma * target_max * (1 - data["dones"].flatten())
@@ -263,13 +261,12 @@ def main(args: Args) -> None:
         loss.backward()
         return dict(td_loss=loss.detach(), q_values=old_val.detach().mean())
 
-    def update_target():
-        """The target network moves toward the Q-network by tau (tau = 1: a hard copy)."""
+    def update_target():  # the target network moves toward the Q-network by tau (tau = 1: a hard copy)
         # [5] one fused lerp over every weight (their detached views) instead of a Python loop of copies
         from_module(target_network).data.lerp_(from_module(q_network).data, args.tau)
 
     def update(data):
-        """One update: the gradients of the TD loss, then the optimizer's step; returns the values to log."""
+        """One update: the TD loss's gradients, then an optimizer step; returns the values to log."""
         optimizer.zero_grad()
         out = loss_and_grads(data)
         optimizer.step()
