@@ -1,17 +1,22 @@
 """Deep Q-Network (DQN) on Atari through envpool: the eager PyTorch reference.
 
-CleanRL's `dqn_atari.py` algorithm and defaults: the Nature CNN on envpool's preprocessed frames (84x84 grey, frame
-stack 4, episodic life, clipped rewards), ε-greedy exploration annealed from 1 to 0.01 over the first tenth of the
-run, a 1M-transition replay buffer, one Adam update (lr 1e-4, batch 32) every 4 steps from step 80k, and a hard copy
-to the target network every 1000 steps. Read it next to its optimized twin, `dqn_atari_envpool_torchcompile.py`.
+CleanRL's `dqn_atari.py` algorithm and defaults: the Nature CNN on envpool's
+preprocessed frames (84x84 grey, frame stack 4, episodic life, clipped rewards),
+ε-greedy exploration annealed from 1 to 0.01 over the first tenth of the run, a
+1M-transition replay buffer, one Adam update (lr 1e-4, batch 32) every 4 steps
+from step 80k, and a hard copy to the target network every 1000 steps. Read it next
+to its optimized twin, `dqn_atari_envpool_torchcompile.py`.
 
 How it differs from CleanRL's script (which uses gymnasium's Atari wrappers):
-- The replay buffer stores each frame once and rebuilds the stacks of 4 when it samples: 1M transitions take
-  7 GB, not the 28 GB of stacked observations (and 56 GB with the next observations) that a naive buffer needs.
-- envpool resets an environment on the step *after* it reports done (a lost life or a finished game): that step
-  ignores the action and returns reward 0. It is no transition, and is not stored.
-- Episode statistics are the real game's, as in `ppo_atari_envpool.py`: the unclipped rewards summed over all
-  lives, logged when the last life is lost or the game is truncated, with the game's length in agent steps.
+- The replay buffer stores each frame once and rebuilds the stacks of 4 when it
+  samples: 1M transitions take 7 GB, not the 28 GB of stacked observations (and 56
+  GB with the next observations) that a naive buffer needs.
+- envpool resets an environment on the step *after* it reports done (a lost life
+  or a finished game): that step ignores the action and returns reward 0. It is no
+  transition, and is not stored.
+- Episode statistics are the real game's, as in `ppo_atari_envpool.py`: the
+  unclipped rewards summed over all lives, logged when the last life is lost or
+  the game is truncated, with the game's length in agent steps.
 - The acting step, the update and the target's update are functions of main().
 
     python leanrl/dqn_atari_envpool.py --env-id Breakout-v5
@@ -146,14 +151,16 @@ def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
 
 
 class ReplayBuffer:
-    """A circular buffer of transitions storing each frame once, in CPU tensors; batches go to `device` when sampled.
+    """A circular buffer of transitions that stores each frame once, in CPU tensors; batches go to
+    `device` when sampled.
 
-    Slot t holds the newest frame of observation t, the action taken from it, the reward and the termination that
-    followed, and how many earlier frames of the same game its stack of 4 shows (up to 3). The stack is rebuilt from
-    those frames; envpool stacks a game's first frame 4 times, and the rebuilt stack repeats it the same way, so no
-    stack reaches into the previous game. Observation t + 1, in slot t + 1, is the next observation. A slot is no
-    transition when its observation ended an episode (the next step is envpool's reset step), when no action was taken
-    from it yet (the write head), or when the write head has overwritten a frame its stack needs."""
+    Slot t holds the newest frame of observation t, the action taken from it, the reward and the
+    termination that followed, and how many earlier frames of the same game its stack of 4 shows (up
+    to 3). The stack is rebuilt from those frames; envpool stacks a game's first frame 4 times, and the
+    rebuilt stack repeats it the same way, so no stack reaches into the previous game. Observation
+    t + 1, in slot t + 1, is the next observation. A slot is no transition when its observation ended
+    an episode (the next step is envpool's reset step), when no action was taken from it yet (the write
+    head), or when the write head has overwritten a frame its stack needs."""
 
     def __init__(self, size: int, frame_shape: tuple, device: torch.device, seed: int):
         self.frames = torch.zeros((size, *frame_shape), dtype=torch.uint8)
@@ -169,7 +176,8 @@ class ReplayBuffer:
         self.actions[p], self.rewards[p], self.dones[p] = int(action), float(reward), float(terminated)
         self.valid[p] = not self.obs_done  # from a done observation, the next step is envpool's reset step
         self.obs_done = bool(terminated or truncated)
-        self.pos, self.full = (p + 1) % self.size, self.full or p + 1 == self.size
+        self.pos = (p + 1) % self.size
+        self.full = self.full or self.pos == 0
         self.write_obs(next_obs[0], game_start=info["elapsed_step"][0] == 0)
 
     def write_obs(self, obs, game_start: bool):
@@ -292,8 +300,9 @@ def main(args: Args) -> None:
         torch.save({"algo": "dqn_atari", "args": asdict(args), "q_network": q_network.state_dict()}, model_path)
         print(f"model saved to {model_path}")
         eval_envs = make_envs(args)  # ε-greedy with a small ε, as CleanRL's evaluation plays it; whole games count
-        act = evals.epsilon_greedy(lambda obs: policy(torch.as_tensor(obs, device=device)).cpu().numpy(),
-                                   lambda: np.array([eval_envs.single_action_space.sample()]), args.seed)
+        act = evals.epsilon_greedy(
+            lambda obs: q_network(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy(),
+            lambda: np.array([eval_envs.single_action_space.sample()]), args.seed)
         for idx, episodic_return in enumerate(evals.play(eval_envs, act, args.eval_episodes, args.seed,
                                                          stats=EpisodeStats(1))):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)

@@ -197,12 +197,13 @@ class ReplayBuffer:
     """[1] A circular buffer of transitions storing each frame once, on the training device, where the batches are
     gathered; its bookkeeping stays in CPU tensors (reading it costs no sync).
 
-    Slot t holds the newest frame of observation t, the action taken from it, the reward and the termination that
-    followed, and how many earlier frames of the same game its stack of 4 shows (up to 3). The stack is rebuilt from
-    those frames; envpool stacks a game's first frame 4 times, and the rebuilt stack repeats it the same way, so no
-    stack reaches into the previous game. Observation t + 1, in slot t + 1, is the next observation. A slot is no
-    transition when its observation ended an episode (the next step is envpool's reset step), when no action was taken
-    from it yet (the write head), or when the write head has overwritten a frame its stack needs."""
+    Slot t holds the newest frame of observation t, the action taken from it, the reward and the
+    termination that followed, and how many earlier frames of the same game its stack of 4 shows (up
+    to 3). The stack is rebuilt from those frames; envpool stacks a game's first frame 4 times, and the
+    rebuilt stack repeats it the same way, so no stack reaches into the previous game. Observation
+    t + 1, in slot t + 1, is the next observation. A slot is no transition when its observation ended
+    an episode (the next step is envpool's reset step), when no action was taken from it yet (the write
+    head), or when the write head has overwritten a frame its stack needs."""
 
     def __init__(self, size: int, frame_shape: tuple, device: torch.device, seed: int):
         # [1] the frames on the training device: a batch's stacks are a gather there; the bookkeeping stays here
@@ -219,7 +220,8 @@ class ReplayBuffer:
         self.actions[p], self.rewards[p], self.dones[p] = int(action), float(reward), float(terminated)
         self.valid[p] = not self.obs_done  # from a done observation, the next step is envpool's reset step
         self.obs_done = bool(terminated or truncated)
-        self.pos, self.full = (p + 1) % self.size, self.full or p + 1 == self.size
+        self.pos = (p + 1) % self.size
+        self.full = self.full or self.pos == 0
         self.write_obs(next_obs[0], game_start=info["elapsed_step"][0] == 0)
 
     def write_obs(self, obs, game_start: bool):
@@ -374,8 +376,9 @@ def main(args: Args) -> None:
         torch.save({"algo": "dqn_atari", "args": asdict(args), "q_network": q_network.state_dict()}, model_path)
         print(f"model saved to {model_path}")
         eval_envs = make_envs(args)  # ε-greedy with a small ε, as CleanRL's evaluation plays it; whole games count
-        act = evals.epsilon_greedy(lambda obs: policy(torch.as_tensor(obs, device=device)).cpu().numpy(),
-                                   lambda: np.array([eval_envs.single_action_space.sample()]), args.seed)
+        act = evals.epsilon_greedy(
+            lambda obs: q_network(torch.as_tensor(obs, device=device)).argmax(dim=1).cpu().numpy(),
+            lambda: np.array([eval_envs.single_action_space.sample()]), args.seed)
         for idx, episodic_return in enumerate(evals.play(eval_envs, act, args.eval_episodes, args.seed,
                                                          stats=EpisodeStats(1))):
             writer.add_scalar("eval/episodic_return", episodic_return, idx)
