@@ -4,9 +4,10 @@ CleanRL's `dqn.py` algorithm and defaults: a 120-84 MLP Q-network, ε-greedy
 exploration annealed linearly from 1 to 0.05 over half the run, a 10k-transition
 replay buffer, one Adam update (batch 128) every 10 steps from step 10k, and a hard
 copy to the target network every 500 steps. Read it next to `dqn_torchcompile.py`,
-which learns the same thing faster. Unlike CleanRL's script, this one steps a single
-gymnasium environment (no vector env) and keeps its replay buffer in a small class
-below.
+the same algorithm made faster (docs/speed.md measures it). Unlike CleanRL's script,
+this one steps a single gymnasium environment (no vector env), keeps its replay buffer
+in a small class below, and writes the acting step, the update and the target's update
+as functions of main().
 
     python leanrl/dqn.py --env-id CartPole-v1
 """
@@ -16,7 +17,6 @@ import os
 import random
 import time
 from dataclasses import asdict, dataclass
-from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -119,6 +119,10 @@ class QNetwork(nn.Module):
     def forward(self, x):
         return self.network(x)
 
+    def greedy_action(self, x):
+        """The action of the highest Q-value."""
+        return self(x).argmax(dim=-1)
+
 
 def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
     slope = (end_e - start_e) / duration
@@ -142,9 +146,9 @@ class ReplayBuffer:
         self.pos = (self.pos + 1) % self.size
         self.full = self.full or self.pos == 0
 
-    def sample(self, batch_size: int) -> SimpleNamespace:
+    def sample(self, batch_size: int) -> dict:
         idx = torch.randint(0, self.size if self.full else self.pos, (batch_size,), generator=self.generator)
-        return SimpleNamespace(**{key: value[idx].to(self.device) for key, value in self.data.items()})
+        return {key: value[idx].to(self.device) for key, value in self.data.items()}
 
 
 def main(args: Args) -> None:
@@ -172,6 +176,30 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.train_frequency)
     episodic_return = float("nan")
 
+    def policy(obs):  # the greedy action (ε-greedy, in the loop, explores around it)
+        with torch.no_grad():
+            return q_network.greedy_action(obs)
+
+    def loss_and_grads(data):  # the TD loss of a batch and its gradients; returns the values to log, detached
+        with torch.no_grad():
+            target_max, _ = target_network(data["next_observations"]).max(dim=1)
+            td_target = data["rewards"].flatten() + args.gamma * target_max * (1 - data["dones"].flatten())
+        old_val = q_network(data["observations"]).gather(1, data["actions"]).squeeze()
+        loss = F.mse_loss(td_target, old_val)
+        loss.backward()
+        return dict(td_loss=loss.detach(), q_values=old_val.detach().mean())
+
+    def update_target():  # the target network moves toward the Q-network by tau (tau = 1: a hard copy)
+        for target_param, q_param in zip(target_network.parameters(), q_network.parameters()):
+            target_param.data.copy_(args.tau * q_param.data + (1.0 - args.tau) * target_param.data)
+
+    def update(data):
+        """One update: the TD loss's gradients, then an optimizer step; returns the values to log."""
+        optimizer.zero_grad()
+        out = loss_and_grads(data)
+        optimizer.step()
+        return out
+
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
     for global_step in range(args.total_timesteps):
@@ -181,9 +209,7 @@ def main(args: Args) -> None:
         if random.random() < epsilon:
             action = env.action_space.sample()
         else:
-            with torch.no_grad():
-                q_values = q_network(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])
-            action = torch.argmax(q_values, dim=1)[0].item()
+            action = policy(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])[0].item()
 
         # TRY NOT TO MODIFY: execute the game and log data.
         next_obs, reward, terminated, truncated, info = env.step(action)
@@ -206,27 +232,15 @@ def main(args: Args) -> None:
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
             if global_step % args.train_frequency == 0:
-                data = rb.sample(args.batch_size)
-                with torch.no_grad():
-                    target_max, _ = target_network(data.next_observations).max(dim=1)
-                    td_target = data.rewards.flatten() + args.gamma * target_max * (1 - data.dones.flatten())
-                old_val = q_network(data.observations).gather(1, data.actions).squeeze()
-                loss = F.mse_loss(td_target, old_val)
-
+                out = update(rb.sample(args.batch_size))
                 if global_step % 100 == 0:
-                    harness.log_losses(writer, dict(td_loss=loss, q_values=old_val.mean()), global_step)
+                    harness.log_losses(writer, out, global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
                     progress.log(global_step, episodic_return)
 
-                # optimize the model
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-
             # update target network
             if global_step % args.target_network_frequency == 0:
-                for target_param, q_param in zip(target_network.parameters(), q_network.parameters()):
-                    target_param.data.copy_(args.tau * q_param.data + (1.0 - args.tau) * target_param.data)
+                update_target()
     progress.close()
 
     if args.save_model:

@@ -5,7 +5,7 @@ preprocessed frames (84x84 grey, frame stack 4, episodic life, clipped rewards),
 ε-greedy exploration annealed from 1 to 0.01 over the first tenth of the run, a
 1M-transition replay buffer, one Adam update (lr 1e-4, batch 32) every 4 steps
 from step 80k, and a hard copy to the target network every 1000 steps. Read it next
-to `dqn_atari_envpool_torchcompile.py`, which learns the same thing faster.
+to its optimized twin, `dqn_atari_envpool_torchcompile.py`.
 
 How it differs from CleanRL's script (which uses gymnasium's Atari wrappers):
 - The replay buffer stores each frame once and rebuilds the stacks of 4 when it
@@ -17,6 +17,7 @@ How it differs from CleanRL's script (which uses gymnasium's Atari wrappers):
 - Episode statistics are the real game's, as in `ppo_atari_envpool.py`: the
   unclipped rewards summed over all lives, logged when the last life is lost or
   the game is truncated, with the game's length in agent steps.
+- The acting step, the update and the target's update are functions of main().
 
     python leanrl/dqn_atari_envpool.py --env-id Breakout-v5
 """
@@ -26,7 +27,6 @@ import os
 import random
 import time
 from dataclasses import asdict, dataclass
-from types import SimpleNamespace
 
 import envpool
 import numpy as np
@@ -194,14 +194,14 @@ class ReplayBuffer:
         offsets = torch.minimum(torch.arange(3, -1, -1), self.back[slots, None])
         return self.frames[(slots[:, None] - offsets) % self.size]
 
-    def sample(self, batch_size: int) -> SimpleNamespace:
+    def sample(self, batch_size: int) -> dict:
         # uniform over the slots that hold transitions: the first `batch_size` valid ones among 4x as many
         # uniform draws (the buffer's invalid slots are a few percent: too few valid is all but impossible)
         candidates = torch.randint(0, self.size if self.full else self.pos, (4 * batch_size,), generator=self.generator)
         slots = candidates[torch.argsort((~self.valid[candidates]).byte(), stable=True)[:batch_size]]
         data = dict(observations=self.stacks(slots), actions=self.actions[slots, None], rewards=self.rewards[slots],
                     next_observations=self.stacks((slots + 1) % self.size), dones=self.dones[slots])
-        return SimpleNamespace(**{key: value.to(self.device) for key, value in data.items()})
+        return {key: value.to(self.device) for key, value in data.items()}
 
 
 def main(args: Args) -> None:
@@ -219,6 +219,7 @@ def main(args: Args) -> None:
     envs.single_action_space.seed(args.seed)
     episode_stats = EpisodeStats(1)
 
+    # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
     q_network = QNetwork(envs).to(device)
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate)
     target_network = copy.deepcopy(q_network)  # the target starts as an exact copy
@@ -230,6 +231,30 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.train_frequency)
     episodic_return = float("nan")
 
+    def policy(obs):  # the greedy actions (ε-greedy, in the loop, explores around them)
+        with torch.no_grad():
+            return q_network(obs).argmax(dim=-1)
+
+    def loss_and_grads(data):  # the TD loss of a batch and its gradients; returns the values to log, detached
+        with torch.no_grad():
+            target_max, _ = target_network(data["next_observations"]).max(dim=1)
+            td_target = data["rewards"].flatten() + args.gamma * target_max * (1 - data["dones"].flatten())
+        old_val = q_network(data["observations"]).gather(1, data["actions"]).squeeze()
+        loss = F.mse_loss(td_target, old_val)
+        loss.backward()
+        return dict(td_loss=loss.detach(), q_values=old_val.detach().mean())
+
+    def update_target():  # the target network moves toward the Q-network by tau (tau = 1: a hard copy)
+        for target_param, q_param in zip(target_network.parameters(), q_network.parameters()):
+            target_param.data.copy_(args.tau * q_param.data + (1.0 - args.tau) * target_param.data)
+
+    def update(data):
+        """One update: the TD loss's gradients, then an optimizer step; returns the values to log."""
+        optimizer.zero_grad()
+        out = loss_and_grads(data)
+        optimizer.step()
+        return out
+
     # TRY NOT TO MODIFY: start the game
     obs, info = envs.reset()
     rb.write_obs(obs[0], game_start=True)  # the run's first observation (one env)
@@ -240,9 +265,7 @@ def main(args: Args) -> None:
         if random.random() < epsilon:
             actions = np.array([envs.single_action_space.sample()])
         else:
-            with torch.no_grad():
-                q_values = q_network(torch.as_tensor(obs, device=device))
-            actions = torch.argmax(q_values, dim=1).cpu().numpy()
+            actions = policy(torch.as_tensor(obs, device=device)).cpu().numpy()  # uint8 frames cross (forward: floats)
 
         # TRY NOT TO MODIFY: execute the game and log data.
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -262,27 +285,14 @@ def main(args: Args) -> None:
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
             if global_step % args.train_frequency == 0:
-                data = rb.sample(args.batch_size)
-                with torch.no_grad():
-                    target_max, _ = target_network(data.next_observations).max(dim=1)
-                    td_target = data.rewards.flatten() + args.gamma * target_max * (1 - data.dones.flatten())
-                old_val = q_network(data.observations).gather(1, data.actions).squeeze()
-                loss = F.mse_loss(td_target, old_val)
-
+                out = update(rb.sample(args.batch_size))
                 if global_step % 100 == 0:
-                    harness.log_losses(writer, dict(td_loss=loss, q_values=old_val.mean()), global_step)
+                    harness.log_losses(writer, out, global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
                     progress.log(global_step, episodic_return)
 
-                # optimize the model
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-
-            # update target network
-            if global_step % args.target_network_frequency == 0:
-                for target_param, q_param in zip(target_network.parameters(), q_network.parameters()):
-                    target_param.data.copy_(args.tau * q_param.data + (1.0 - args.tau) * target_param.data)
+            if global_step % args.target_network_frequency == 0:  # update target network
+                update_target()
     progress.close()
 
     if args.save_model:

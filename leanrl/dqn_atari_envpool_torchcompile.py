@@ -12,23 +12,26 @@ Each optimization carries a comment saying what it saves:
 3. the policy that acts runs the trained weights detached, in a weightless copy;
 4. Adam's fused step: one call over every weight, its state on the device;
 5. the target network's weights are updated with one fused `lerp_`;
-6. the whole update is one function: zero_grad, loss, backward, optimizer step;
-7. `--compile`: `torch.compile` of the loss with its backward pass (the fused
-   optimizer step stays eager: one call over every weight), and of the acting step
-   on a GPU only;
-8. `--cudagraphs`: the whole update, the greedy acting step and the target copy,
-   replayed as one CUDA graph each (tensordict's `CudaGraphModule`): one launch for
-   all of its kernels on a GPU;
-9. no `.item()` in the hot loop but the action handed to the environment: losses
-   stay on the device and are read back only at logging intervals.
+6. `--compile`: `torch.compile` of `loss_and_grads` (the loss and its backward pass, one
+   graph; `zero_grad` and the fused Adam step stay eager), with inductor's C++ wrapper
+   on a CPU, and of the acting step on CUDA only (`COMPILED_ACTING`);
+7. `--cudagraphs`: the whole update (`zero_grad`, loss, backward pass, Adam step), the
+   acting step and the target's update, each replayed as one CUDA graph (tensordict's
+   `CudaGraphModule`; a replay also copies the inputs in and clones every output);
+   without CUDA the wrapper calls the function after cloning its tensor arguments.
 
 Each change from the eager script is tagged in its comment with its number here
 ([N]), so that `diff -u dqn_atari_envpool.py dqn_atari_envpool_torchcompile.py`
 reads as this list.
 
+Kept as in the eager script: ε-greedy decides on the host. The actions come back every
+step anyway, so the branch costs no sync, and an exploring step runs no CNN (picking on
+the device, with no branch, would run it every step).
+
 The two scripts draw the same batches (the replay buffer has a generator of its
 own) and the same ε-greedy choices (Python's generator and the action space's, as
-CleanRL does), so their runs can be compared number for number on the CPU.
+CleanRL does), so they play the same games on the CPU; their losses differ by
+rounding (channels-last convolutions and the fused Adam step round differently).
 
 As in the eager script, and unlike CleanRL's script (gymnasium's Atari wrappers):
 - the replay buffer stores each frame once and rebuilds the stacks of 4 when it
@@ -46,6 +49,7 @@ What these choices measure on a CPU: docs/speed.md and docs/limits.md.
     python leanrl/dqn_atari_envpool_torchcompile.py --compile --cudagraphs
 """
 
+import copy
 import os
 import random
 import time
@@ -58,7 +62,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 from leanrl_utils import evals, harness  # the contract's plumbing (flags, errors, device, logging), playing a policy
-from tensordict import TensorDict, from_module
+from tensordict import from_module
 from tensordict.nn import CudaGraphModule
 
 
@@ -128,6 +132,12 @@ def check_args(args: Args) -> None:
     harness.no_video_with_envpool(args)
 
 
+# [6] The devices on which --compile compiles the acting step: CUDA only, where --cudagraphs then replays the
+# compiled step. On a CPU it stays eager, a choice not measured for this script: there the update takes most of a
+# step (docs/limits.md), and PPO's Atari CNN, compiled, acted at batch 1 no faster than eager (docs/inference.md).
+COMPILED_ACTING = ("cuda",)
+
+
 def make_envs(args: Args, num_envs: int = 1, seed: int | None = None):
     """envpool's Atari vector env, of one env as in CleanRL's DQN; a user's bad id stops here."""
     if args.env_id not in envpool.list_all_envs():
@@ -170,10 +180,11 @@ class QNetwork(nn.Module):
             nn.ReLU(),
             nn.Linear(512, env.single_action_space.n),
         )
+        self.to(memory_format=torch.channels_last)  # [2] the convolutions' weights too (see forward), kept by .to()
 
     def forward(self, x):
-        # [2] uint8 frames become floats here, on the device, in the channels-last layout that oneDNN's
-        # CPU convolutions run fastest (see ppo_atari_envpool_torchcompile.py)
+        # [2] the frames in the channels-last layout, in which one CPU ran the Nature CNN's forward and backward
+        # faster (docs/optimizations.md, on PPO's minibatch); on CUDA the same layout, a choice not measured there
         return self.network(x.contiguous(memory_format=torch.channels_last) / 255.0)
 
 
@@ -183,8 +194,8 @@ def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
 
 
 class ReplayBuffer:
-    """[1] A circular buffer of transitions that stores each frame once, on the training device, where the
-    batches are gathered; its bookkeeping stays in CPU tensors (reading it costs no sync).
+    """[1] A circular buffer of transitions storing each frame once, on the training device, where the batches are
+    gathered; its bookkeeping stays in CPU tensors (reading it costs no sync).
 
     Slot t holds the newest frame of observation t, the action taken from it, the reward and the
     termination that followed, and how many earlier frames of the same game its stack of 4 shows (up
@@ -228,21 +239,15 @@ class ReplayBuffer:
         # [1] the indices are worked out on the host, where the bookkeeping is; the gather runs on the device
         return self.frames[((slots[:, None] - offsets) % self.size).to(self.device, non_blocking=True)]
 
-    def sample(self, batch_size: int) -> TensorDict:
-        # [1] a TensorDict, not a namespace: one .to() moves its small tensors, and a compiled or graphed update
-        # takes it as an input of tensors
+    def sample(self, batch_size: int) -> dict:
         # uniform over the slots that hold transitions: the first `batch_size` valid ones among 4x as many
         # uniform draws (the buffer's invalid slots are a few percent: too few valid is all but impossible)
         candidates = torch.randint(0, self.size if self.full else self.pos, (4 * batch_size,), generator=self.generator)
         slots = candidates[torch.argsort((~self.valid[candidates]).byte(), stable=True)[:batch_size]]
-        small = TensorDict(actions=self.actions[slots, None], rewards=self.rewards[slots], dones=self.dones[slots])
-        return small.to(self.device, non_blocking=True).update(
-            observations=self.stacks(slots), next_observations=self.stacks((slots + 1) % self.size))
-
-
-# [7] The devices on which --compile compiles the acting step: CUDA only, where --cudagraphs then replays the
-# compiled step; on a CPU the acting step is a small part of a step that the update dominates, and stays eager.
-COMPILED_ACTING = ("cuda",)
+        data = dict(observations=self.stacks(slots), actions=self.actions[slots, None], rewards=self.rewards[slots],
+                    next_observations=self.stacks((slots + 1) % self.size), dones=self.dones[slots])
+        # [1] the stacks are on the device already; the small fields cross without waiting for the device
+        return {key: value.to(self.device, non_blocking=True) for key, value in data.items()}
 
 
 def main(args: Args) -> None:
@@ -261,68 +266,70 @@ def main(args: Args) -> None:
     episode_stats = EpisodeStats(1)
 
     # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
-    q_network = QNetwork(envs).to(device, memory_format=torch.channels_last)  # [2] see QNetwork.forward
-    q_params = from_module(q_network).data  # [3], [5] detached views of the weights, shared storage
-    # [4] fused: one call per step over every weight, its state on the device; capturable under CUDA graphs
-    # ([8]): a replayed step reads its step count on the device
+    q_network = QNetwork(envs).to(device)
+    # [4] fused: one call per step over every weight, its state on the device; capturable when --cudagraphs
+    # replays the step: the replayed step then reads its step count on the device
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True,
                            capturable=args.cudagraphs and device.type == "cuda")
-    # [3] the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
-    with torch.device("meta"):  # shells without weights of their own: each runs the weights put into it
-        q_network_detach, target_network = QNetwork(envs), QNetwork(envs)
-    q_params.to_module(q_network_detach, preserve_module_state=False)
-    # [5] the target network: a copy of the weights run by a "meta" shell (the target starts as an exact copy)
-    target_params = q_params.clone()
-    target_params.to_module(target_network, preserve_module_state=False)
+    target_network = copy.deepcopy(q_network)  # the target starts as an exact copy
 
     rb = ReplayBuffer(args.buffer_size, envs.single_observation_space.shape[1:], device, args.seed)
+    writer = harness.make_writer(args, run_name)
+    # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
+    progress = harness.Progress(args, writer, total=args.total_timesteps, start_step=args.learning_starts + 1,
+                                warmup_steps=args.measure_after * args.train_frequency)
+    episodic_return = float("nan")
 
-    def policy(obs):  # [3] the greedy action on the detached weights
-        return q_network_detach(obs).argmax(dim=-1)
+    # [3] the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
+    with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
+        q_network_detach = QNetwork(envs)
+    from_module(q_network).data.to_module(q_network_detach, preserve_module_state=False)
 
-    def loss_and_grads(data):
+    def policy(obs):  # the greedy actions (ε-greedy, in the loop, explores around them)
+        return q_network_detach(obs).argmax(dim=-1)  # [3] on the detached weights: no torch.no_grad() to enter
+
+    def loss_and_grads(data):  # the TD loss of a batch and its gradients; returns the values to log, detached
         with torch.no_grad():
             target_max, _ = target_network(data["next_observations"]).max(dim=1)
             td_target = data["rewards"].flatten() + args.gamma * target_max * (1 - data["dones"].flatten())
         old_val = q_network(data["observations"]).gather(1, data["actions"]).squeeze()
         loss = F.mse_loss(td_target, old_val)
         loss.backward()
-        return TensorDict(td_loss=loss.detach(), q_values=old_val.detach().mean())  # [9] left on the device
+        return dict(td_loss=loss.detach(), q_values=old_val.detach().mean())
 
-    def update(data):  # [6] the whole update, one call
+    def update_target():  # the target network moves toward the Q-network by tau (tau = 1: a hard copy)
+        # [5] one fused lerp over every weight (their detached views) instead of a Python loop of copies
+        from_module(target_network).data.lerp_(from_module(q_network).data, args.tau)
+
+    def update(data):
+        """One update: the TD loss's gradients, then an optimizer step; returns the values to log."""
         optimizer.zero_grad()
-        out = loss_and_grads(data)  # forward and backward
+        out = loss_and_grads(data)
         optimizer.step()
         return out
 
-    def update_target():
-        # [5] one fused lerp over every weight instead of a Python loop of copies (tau = 1: a hard copy)
-        target_params.lerp_(q_params, args.tau)
-
-    if args.compile:  # [7]
+    if args.compile:  # [6]
+        if device.type == "cpu":
+            # inductor's C++ wrapper: the compiled program calls its kernels from C++, not from a generated Python
+            # function, which cuts the fixed cost of each call of this small program (a GPU has --cudagraphs)
+            torch._inductor.config.cpp_wrapper = True
         # trace loss.backward() into the compiled graph: forward and backward become one graph
         torch._dynamo.config.trace_autograd_ops = True
-        # the optimizer step stays eager: one fused call, which compiled would add graph breaks (torch.optim
-        # breaks the graph around step() by design)
+        # only the loss and its gradients are compiled (update() calls the compiled one); zero_grad and the fused
+        # optimizer step, already one call over every weight, stay eager
         loss_and_grads = torch.compile(loss_and_grads)
         if device.type in COMPILED_ACTING:
             policy = torch.compile(policy)
 
     if args.cudagraphs:
-        # [8] the whole update (zero_grad, forward, backward, optimizer step), the acting step and the target
-        # copy each become one graph replay; the warm-up calls before the capture let compilation
-        # finish (without CUDA: called directly)
+        # [7] the whole update (zero_grad, forward, backward, optimizer step), the acting step and the target's
+        # update each become one graph replay, which also copies the inputs in and clones the outputs; the
+        # warm-up calls before the capture let compilation finish. Without CUDA the wrapper calls the function
+        # directly, after cloning every tensor argument (a copy per call: here the uint8 stacks of each batch)
         warmup = 4 if args.compile else 2
-        update = CudaGraphModule(update, in_keys=[], out_keys=[], warmup=warmup)
+        update = CudaGraphModule(update, warmup=warmup)
         update_target = CudaGraphModule(update_target, warmup=warmup)  # a function of no argument: graphed too
         policy = CudaGraphModule(policy, warmup=warmup)
-
-    writer = harness.make_writer(args, run_name)
-    # fps is measured from the `measure_after`-th update on: the warm-up before it is logged apart
-    progress = harness.Progress(args, writer, total=args.total_timesteps, start_step=args.learning_starts + 1,
-                                warmup_steps=args.measure_after * args.train_frequency)
-    # [9] out: the last update's losses, left on the device and read only at logging intervals
-    episodic_return, out = float("nan"), None
 
     # TRY NOT TO MODIFY: start the game
     obs, info = envs.reset()
@@ -331,13 +338,10 @@ def main(args: Args) -> None:
         progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
-        # [3] ε-greedy stays on the host, as in the eager script: the actions come back every step anyway, so
-        # the branch costs no sync, and an exploring step runs no CNN (a device-side pick would run it always)
         if random.random() < epsilon:
             actions = np.array([envs.single_action_space.sample()])
         else:
-            # [3] the greedy action on the detached weights ([7] compiled on a GPU, [8] graphed); uint8 frames cross
-            actions = policy(torch.as_tensor(obs, device=device)).cpu().numpy()
+            actions = policy(torch.as_tensor(obs, device=device)).cpu().numpy()  # uint8 frames cross (forward: floats)
 
         # TRY NOT TO MODIFY: execute the game and log data.
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
@@ -357,19 +361,14 @@ def main(args: Args) -> None:
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
             if global_step % args.train_frequency == 0:
-                # [6] the whole update in one call: the loss, its gradients and the optimizer step (update above)
                 out = update(rb.sample(args.batch_size))
-
                 if global_step % 100 == 0:
-                    # [9] the only reads of device values in the loop but the action, at logging intervals
                     harness.log_losses(writer, out, global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
                     progress.log(global_step, episodic_return)
-                # [6] no optimizer step here: update() took it
 
-            # update target network
-            if global_step % args.target_network_frequency == 0:
-                update_target()  # [5] one fused lerp_ (above)
+            if global_step % args.target_network_frequency == 0:  # update target network
+                update_target()
     progress.close()
 
     if args.save_model:

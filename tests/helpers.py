@@ -438,7 +438,6 @@ def assert_frame_buffer_returns_what_a_naive_buffer_returns(replay_buffer):
     for s, got in zip(valid, held([s % capacity for s in valid])):
         assert_same_transition(got, naive[s])
     batch = rb.sample(256)
-    batch = batch if hasattr(batch, "keys") else vars(batch)  # a TensorDict, or the eager script's namespace
     keys = ("observations", "actions", "rewards", "next_observations", "dones")
     in_window = {naive[s][0].tobytes() + naive[s][3].tobytes() + bytes([naive[s][1]]): naive[s] for s in valid}
     for i in range(256):

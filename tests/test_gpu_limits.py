@@ -198,8 +198,12 @@ def test_the_gpus_figures_from_made_up_events():
     ms, t0 = 1_000_000, 1_800_000_000_000_000_000
     w0 = t0 + 3000 * ms  # the profiled window: [w0, w0 + 2 s]
     script = SCRIPT_DIR / "dqn.py"
+    lines = script.read_text().splitlines()  # the backward pass: in loss_and_grads, which update() calls
+    backward = next(n for n, text in enumerate(lines, 1) if "loss.backward()" in text)
+    calls = next(n for n, text in enumerate(lines, 1) if "out = loss_and_grads(" in text)
     stacks = [["<module> (<string>:1)", f"main ({script}:{line(r'env.step')})"],
-              ["<module> (<string>:1)", f"main ({script}:{line(r'loss.backward')})", "backward (torch/_tensor.py:1)"]]
+              ["<module> (<string>:1)", f"main ({script}:{line(r'= update[(]')})", f"update ({script}:{calls})",
+               f"loss_and_grads ({script}:{backward})", "backward (torch/_tensor.py:1)"]]
     times = w0 + np.concatenate([10 * ms * np.arange(1, 101), 1000 * ms + 20 * ms * np.arange(1, 51)])
     raw = {"script": str(script), "error": None, "stacks": stacks,
            "points": [(100 * (i + 1), t0 + 1000 * ms * i) for i in range(6)],
