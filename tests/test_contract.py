@@ -587,3 +587,23 @@ def test_the_gpu_comparison_catches_frozen_inputs(pair, tmp_path):
                           cwd=frozen_dir, env=ENV, capture_output=True, text=True, timeout=900)
     frozen = Run(proc.returncode, proc.stdout, proc.stderr, frozen_dir).check()
     assert log_differences(frozen, reference, tags, upto_step=upto, **TOL), "frozen inputs went unnoticed"
+
+
+def test_the_optimizations_table_holds_every_twin_s_list():
+    """docs/optimizations.md's table of every optimization, pair by pair: each twin's column holds exactly the
+    numbers its docstring lists (every optimization in a row, none twice), so the table follows the twins."""
+    from helpers import REPO, SCRIPT_DIR
+
+    columns = {"SAC": "sac_continuous_action", "TD3": "td3_continuous_action", "PPO": "ppo_continuous_action",
+               "PPO Atari": "ppo_atari_envpool", "PPO Atari, torchrun": "ppo_atari_envpool_multigpu",
+               "DQN": "dqn", "DQN Atari": "dqn_atari_envpool"}
+    text = (REPO / "docs" / "optimizations.md").read_text()
+    table = text.split("## Every optimization, pair by pair")[1].split("\n\n|")[1].split("\n\n")[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in ("|" + table).splitlines()]
+    header = rows[0]
+    for name, script in columns.items():
+        cells = [row[header.index(name)] for row in rows[2:]]
+        tags = [int(n) for cell in cells for n in re.findall(r"`(\d+)`", cell)]
+        doc = (SCRIPT_DIR / f"{script}_torchcompile.py").read_text().split('"""')[1]
+        listed = [int(m) for m in re.findall(r"^(\d+)\. ", doc, re.M)]
+        assert sorted(tags) == sorted(set(tags)) == listed, (name, sorted(tags), listed)
