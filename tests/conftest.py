@@ -59,3 +59,10 @@ def pytest_runtest_call(item):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def pytest_unconfigure(config):
+    """The fork servers (forkserver.py) end with the session: each exits, and is waited for, when its socket closes."""
+    import forkserver
+
+    forkserver.close_all()
