@@ -1,5 +1,6 @@
 """The tests' own machinery for running scripts: a run forked by a fork server (forkserver.py, helpers.run_script's
-launcher) is what a subprocess would be, and its server forks no process that has threads running."""
+launcher) is what a subprocess would be, and its server forks no process that has threads running; the session's
+XLA cache (conftest.py) serves a computation that an earlier run compiled."""
 
 import os
 import re
@@ -161,3 +162,26 @@ def test_every_script_forked_logs_what_it_logs_as_a_subprocess(script, cached_ru
     started = Run(proc.returncode, proc.stdout, proc.stderr, tmp_path)
     same_but_the_bars(forked, started)
     assert_identical_logs(forked, started)
+
+
+JITTED = """
+import sys
+import jax, jax.numpy as jnp
+from jax import monitoring
+events = []
+monitoring.register_event_listener(lambda event, **kwargs: events.append(event))
+jax.jit(lambda x: x * float(sys.argv[1]) + 1.0)(jnp.ones(3)).block_until_ready()
+print(events.count("/jax/compilation_cache/cache_hits"), events.count("/jax/compilation_cache/cache_misses"))
+"""
+
+
+def test_a_computation_compiled_by_a_run_is_read_back_by_the_next(tmp_path):
+    """The session's XLA cache (conftest.py, in ENV): a computation compiled by one run is read back from it by the
+    next run that compiles it."""
+    assert os.path.isdir(ENV.get("JAX_COMPILATION_CACHE_DIR", "")), "no compilation cache in ENV"
+    constant = str(uuid.uuid4().int % 10**6)  # a computation this session has not compiled
+    said = [forkserver.run([sys.executable, "-c", JITTED, constant], env=ENV, cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    assert [s.returncode for s in said] == [0, 0], said[-1].stderr[-2000:]
+    (hits, misses), (hits_again, misses_again) = (map(int, s.stdout.split()) for s in said)
+    assert hits == 0 and misses >= 1 and hits_again >= 1 and misses_again == 0, [s.stdout for s in said]
