@@ -24,7 +24,7 @@ fork (pthread_atfork), and the server forks once after its imports to let it. A 
 sources, or still has a thread, says so; its runs are then started as subprocesses, which import and fail as the
 script would.
 What differs: Python's hash seed (str and bytes hashes) is the server's, the same for every run it forks, where
-each new interpreter draws its own.
+each new interpreter draws its own; and `ps` shows a run with its server's command line.
 """
 
 import ast
