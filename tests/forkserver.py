@@ -30,6 +30,7 @@ each new interpreter draws its own; and `ps` shows a run with its server's comma
 import ast
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -239,6 +240,7 @@ class Server:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+        shutil.rmtree(os.path.dirname(self.log.name), ignore_errors=True)
 
 
 def log_tail(log) -> str:
