@@ -225,12 +225,24 @@ class Server:
     def start(self, argv: list[str], cwd: str, fds: list[int]) -> int | None:
         """The pid of the run forked for `python ARGV` in CWD with FDS as its 0, 1, 2; None if none was."""
         with self.lock:
+            if not self.ready:
+                return None
             try:
                 socket.send_fds(self.control, [json.dumps({"argv": argv, "cwd": cwd}).encode()], fds)
+                self.control.settimeout(120)  # a fork and the middle process's exit: milliseconds
                 answer = self.control.recv(1 << 16)
-            except OSError:
-                return None
-        return json.loads(answer).get("pid") if answer else None
+                self.control.settimeout(None)
+            except BaseException as e:  # a server gone or stuck, or a test's time limit in the middle of the
+                self.ready = False  # exchange: a late reply would be read as the next run's, so the server is done
+                self.close()
+                if isinstance(e, OSError):
+                    return None
+                raise
+        if not answer:  # the server exited
+            self.ready = False
+            self.close()
+            return None
+        return json.loads(answer).get("pid")
 
     def close(self) -> None:
         self.control.close()  # the server exits when it reads the end of its socket

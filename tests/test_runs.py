@@ -126,6 +126,21 @@ def test_a_server_that_has_threads_after_its_imports_forks_nothing(imports, prob
 
 
 # a progress bar's line, drawn as often as the time allows, or its erasure (spaces, as long as the bar was)
+def test_a_server_that_is_gone_is_not_used_again(probe):
+    """A server killed between two runs (or stuck) is not asked again: the next run starts as a subprocess."""
+    script, cwd, env = probe
+    cmd = [sys.executable, str(script), "runs", str(os.getpid())]
+    assert "forked True" in forkserver.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=120).stdout
+    server = forkserver.server_for(env, [str(script)])
+    assert server is not None
+    server.proc.kill()
+    server.proc.wait()
+    again = forkserver.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "forked False" in again.stdout, again.stderr[-2000:]
+    unused = forkserver.server_for(env, [str(script)]) is None
+    assert unused, "a server that is gone is asked again"
+
+
 BAR = re.compile(r"^(\S+: +\d+%\|.*|\s*)$")
 SECONDS = re.compile(r"\b\d+(\.\d+)? s\b")  # a time said ("warm-up done in 1.4 s")
 
