@@ -14,6 +14,19 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""
 workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
 
+# JAX's compilation cache on disk, for this session only: a computation that a run (or a test process) compiled is
+# read back by the next run that compiles it (a twin's short run and its run with SAVED compile the same updates: a
+# second run of SAC's twin takes half the CPU time of the first), each cached whatever its compile time. An
+# executable read back is the one compiled for the same computation and XLA flags (both are in the key). Made by the
+# session's first process, before any test process or run imports JAX; a JAX_COMPILATION_CACHE_DIR of the user's
+# is kept.
+XLA_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    XLA_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="leanrl-xla-")
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+
 import pytest  # noqa: E402
 
 from helpers import RunCache  # noqa: E402
@@ -59,3 +72,15 @@ def pytest_runtest_call(item):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def pytest_unconfigure(config):
+    """The fork servers (forkserver.py) end with the session: each exits, and is waited for, when its socket closes;
+    the session's XLA cache is removed by the process that made it."""
+    import forkserver
+
+    forkserver.close_all()
+    if XLA_CACHE:
+        import shutil
+
+        shutil.rmtree(XLA_CACHE, ignore_errors=True)

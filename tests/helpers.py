@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import forkserver
 import numpy as np
 
 from leanrl_utils.events import read_scalars
@@ -103,9 +104,10 @@ def script_cmd(script: str, *args: str) -> list[str]:
 
 
 def run_script(script: str, *args: str, cwd: Path, timeout: float = 900) -> Run:
+    """`python leanrl/<script>.py args` in `cwd`, with ENV: forked from a process that has made the script's imports
+    already (forkserver.py: what the run sees is what a new interpreter would), a subprocess where none can."""
     cwd.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(script_cmd(script, *args), cwd=cwd, env=ENV, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = forkserver.run(script_cmd(script, *args), cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
     return Run(proc.returncode, proc.stdout, proc.stderr, cwd)
 
 
@@ -153,8 +155,9 @@ def interrupt_script(script: str, *args: str, cwd: Path, after_step: int, timeou
     # never raises KeyboardInterrupt: the child puts Python's own handler back first, as in a terminal
     # (set in the child rather than by a preexec_fn: forking a test process that has loaded JAX, whose
     # threads are running, can deadlock the child)
-    proc = subprocess.Popen([sys.executable, "-c", _WITH_CTRL_C, *script_cmd(script, *args)[1:]], cwd=cwd, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = script_cmd(script, *args)
+    proc = forkserver.popen([sys.executable, "-c", _WITH_CTRL_C, *cmd[1:]], cwd=cwd, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, imports_of=[_WITH_CTRL_C, cmd[1]])
     try:
         return _interrupt(proc, cwd, after_step, timeout)
     finally:
@@ -213,8 +216,10 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 def ctrl_c_inside(function: str, script: str, *args: str, cwd: Path, timeout: float = 300) -> Run:
     """Run a script and press Ctrl-C (deterministically) at its first ReLU inside `function`."""
     cwd.mkdir(parents=True, exist_ok=True)
+    script_path = str(SCRIPT_DIR / f"{script}.py")
     cmd = [sys.executable, "-c", _CTRL_C_INSIDE, function, *script_cmd(script, *args)[1:]]
-    proc = subprocess.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    proc = forkserver.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout,
+                          imports_of=[_CTRL_C_INSIDE, script_path])
     return Run(proc.returncode, proc.stdout, proc.stderr, cwd)
 
 

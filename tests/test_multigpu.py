@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import ENV, GPU_ENV, MODES, SCRIPT_DIR, Run, RunCache, assert_close_logs, cuda_device_count, load_script, \
-    with_flag
+    run_script, with_flag
 
 from leanrl_utils import harness
 from leanrl_utils.machine import free_port
@@ -302,8 +302,7 @@ def test_nccl_without_cuda_is_refused_in_one_line(script, tmp_path):
     """A single rank and two ranks under torchrun: each stops with one line naming --backend, exit code 2,
     before any collective (torch's 'Distributed package doesn't have NCCL built in' never shows)."""
     args = (*SHORT, "--backend", "nccl")
-    single = subprocess.run([sys.executable, str(SCRIPT_DIR / f"{script}.py"), *args], cwd=tmp_path, env=ENV,
-                            capture_output=True, text=True, timeout=TIMEOUT)
+    single = run_script(script, *args, cwd=tmp_path, timeout=TIMEOUT)
     assert single.returncode == 2 and "Traceback" not in single.stderr, single.stderr[-2000:]
     assert single.stderr.strip().splitlines()[-1].startswith(f"{script}.py: error: --backend nccl:")
     both = torchrun(script, *args, cwd=tmp_path / "torchrun", probe=False)
