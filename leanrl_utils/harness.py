@@ -382,6 +382,9 @@ def make_writer(args, run_name: str) -> "Writer":
     if args.track:
         import wandb
 
+        # the run's folder named as the one TensorBoard folder to sync: without a root, wandb waits 10 s at exit
+        # for a second one to appear
+        wandb.tensorboard.patch(root_logdir=f"runs/{run_name}")
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=vars(args), name=run_name, save_code=True)
         atexit.register(wandb.finish)
