@@ -119,8 +119,9 @@ def check_args(args: Args) -> None:
 
 
 # [7] The devices on which --compile compiles the acting step (the actor's forward and its tanh-Gaussian sample, at
-# batch 1). On one CPU that step, timed alone, ran faster compiled than eager (docs/inference.md, "SAC actor"); a
-# run's fps with it compiled and without has not been compared.
+# batch 1), by the rule TD3's twin keeps too: an acting step that samples is compiled everywhere (on a GPU the graph
+# needs it; on a CPU inductor fuses the sample into the forward's kernels). One CPU's runs, taking turns, measured the
+# choice for both (docs/speed_settings.md): a tie in fps, with a shorter warm-up compiled.
 COMPILED_ACTING = ("cuda", "cpu")
 
 

@@ -113,10 +113,11 @@ def check_args(args: Args) -> None:
     harness.known_env_id(args.env_id, "gymnasium")
 
 
-# [6] The devices on which --compile compiles the acting step (the actor, its exploration noise and clip, at batch 1).
-# On one CPU the bare actor, timed alone, ran slower compiled than eager (docs/inference.md): a compiled call's fixed
-# cost (guards, the wrapper) outweighs so small a step there; neither this whole step nor a run's fps was timed so.
-COMPILED_ACTING = ("cuda",)
+# [6] The devices on which --compile compiles the acting step (the actor, its exploration noise and clip, at batch 1),
+# by the rule SAC's twin keeps too: an acting step that samples is compiled everywhere (on a GPU the graph needs it;
+# on a CPU inductor fuses the noise and the clip into the forward's kernels). One CPU's runs, taking turns, measured
+# the choice for both (docs/speed_settings.md): a tie in fps, with a shorter warm-up compiled.
+COMPILED_ACTING = ("cuda", "cpu")
 
 
 def make_env(env_id: str, seed: int, capture_video: bool = False, run_name: str = "") -> gym.Env:
