@@ -342,11 +342,12 @@ def test_gae_is_told_apart_in_the_split():
         assert gl.category(gae + [graph], script.name, main) == gl.GAE
         inner = "main.<locals>.gae" if "compile" in name else "compute_gae"
         assert gl.category(gae + [graph, f"{inner} ({script}:1)"], script.name, main) == gl.GAE
-        assert gl.category(at(r"optimizer\.step\(\)|stats\.append\(update\("), script.name, main) == "update"
+        assert gl.category(at(r"= update\("), script.name, main) == "update"
         assert gl.category(at(r"= (agent\.get_action_and_value|policy)\(next_obs\)"), script.name, main) == "acting"
     optimized = SCRIPT_DIR / "ppo_atari_envpool_torchcompile.py"
     main = Main(optimized)
-    n = next(n for n, path in main.paths.items() if re.search(r"rollout\[key\]\[step\] = x", main.text(path[-1])))
+    n = next(n for n, path in main.paths.items()
+             if re.search(r'rollout\["values"\]\[step\] = value', main.text(path[-1])))
     assert gl.category([f"main ({optimized}:{n})"], optimized.name, main) == "storage"
 
 

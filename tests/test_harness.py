@@ -466,6 +466,7 @@ def record(owner, name, what):
     def recorded(*args, **kwargs):
         touched.add(what)
         return real(*args, **kwargs)
+    recorded.__wrapped__ = real
     setattr(owner, name, recorded)
 record(torch, "set_num_threads", "threads")
 record(warnings, "filterwarnings", "warnings")
@@ -484,6 +485,7 @@ def numerics():
                            matmul=torch.get_float32_matmul_precision(), dtype=str(torch.get_default_dtype()),
                            cudnn=(torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)))
 os.environ.pop("OMP_NUM_THREADS", None)  # the thread count the harness chooses
+torch.set_num_threads.__wrapped__(2)  # two threads to cut from, whatever the test session pinned (one per worker)
 before, environ = numerics(), dict(os.environ)
 harness.threads_left = lambda cores, busy: 1  # a busy machine: the threads are cut
 
