@@ -54,6 +54,7 @@ code 2; OUT breaking the machine's limits, exit code 1.
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -408,7 +409,7 @@ def measured_rounds(sitting: Sitting, part: str, table: dict, pairs: list[str], 
                         break
                     except SystemExit as failure:
                         r = {"error": str(failure)[-1500:]}
-                        sitting.log(f"{part}: {pair} {MODES[mode][0]}: failed: {str(failure).splitlines()[0]}")
+                        sitting.log(f"{part}: {pair} {MODES[mode][0]}: failed: {error_line(str(failure))}")
                     record["runs"][mode] = r
                 if cut:
                     left += 1
@@ -537,12 +538,19 @@ def both(rounds: list[dict], a: str, b: str) -> list[tuple[float, float]]:
     return [(x, y) for x, y in zip(fps_of(rounds, a), fps_of(rounds, b)) if x is not None and y is not None]
 
 
+def error_line(text: str) -> str:
+    """A failure's one line: the exception a traceback ends with (`Name: message`), else its last non-empty line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()] or ["?"]
+    return next((line for line in reversed(lines) if re.match(r"[\w.]+(Error|Exception|Interrupt)\b", line)),
+                lines[-1])
+
+
 def fps_cell(rounds: list[dict], mode: str, reference: str | None = None) -> str:
     """The median fps of a mode over the rounds that measured it (and how many), with its median ratio to the
     reference mode's over the rounds that measured both; the first error where none measured it."""
     got = [x for x in fps_of(rounds, mode) if x is not None]
     if not got:
-        errors = [r["runs"][mode]["error"].strip().splitlines()[0][:80] for r in rounds
+        errors = [error_line(r["runs"][mode]["error"])[:120] for r in rounds
                   if "error" in r["runs"].get(mode, {})]
         return f"failed: {errors[0]}" if errors else "not run"
     pairs = both(rounds, mode, reference) if reference not in (None, mode) else []

@@ -570,3 +570,15 @@ def test_a_mistake_in_the_bundles_options_is_one_line(args, said, tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.splitlines() == [said.format(repo=REPO)], proc.stderr
     assert not (tmp_path / "bundle").exists()
+
+
+def test_a_failed_run_is_told_by_the_exception_its_traceback_ends_with():
+    """A table cell and the sitting's log name a failed run by its exception, not by the first line of the stderr
+    tail kept (the H100 sitting's LeanRL SAC cell read 'failed: ^^^^^^^^^^^^^^^^^')."""
+    tail = ("^^^^^^^^^^^^^^^^^\n  File \"guards.py\", line 1213, in get_value\n    value = eval(name)\n"
+            "torch._dynamo.exc.InternalTorchDynamoError: NameError: name 'SYNTHETIC_LOCAL' is not defined\n\n")
+    assert gpu.error_line(tail) == ("torch._dynamo.exc.InternalTorchDynamoError: NameError: name 'SYNTHETIC_LOCAL' "
+                                    "is not defined")
+    assert gpu.error_line("leanrl: no LeanRL in the bundle\n") == "leanrl: no LeanRL in the bundle"
+    rounds = [{"runs": {"leanrl": {"error": tail}}}]
+    assert gpu.fps_cell(rounds, "leanrl").startswith("failed: torch._dynamo.exc.InternalTorchDynamoError: NameError")
