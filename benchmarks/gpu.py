@@ -539,10 +539,11 @@ def both(rounds: list[dict], a: str, b: str) -> list[tuple[float, float]]:
 
 
 def error_line(text: str) -> str:
-    """A failure's one line: the exception a traceback ends with (`Name: message`), else its last non-empty line."""
+    """A failure's one line: the exception its stderr's traceback ends with (`Name: message`), else its first line
+    (what failed and its exit code, where the tail kept holds it)."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()] or ["?"]
     return next((line for line in reversed(lines) if re.match(r"[\w.]+(Error|Exception|Interrupt)\b", line)),
-                lines[-1])
+                lines[0])
 
 
 def fps_cell(rounds: list[dict], mode: str, reference: str | None = None) -> str:

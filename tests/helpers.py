@@ -260,6 +260,14 @@ def flag_configs(eager: str, fast: str) -> list[tuple[str, ...]]:
     return [(eager,)] + [(fast, *mode) for mode in MODES]
 
 
+def tier(config: tuple[str, ...]) -> tuple:
+    """The marks of a flag combination's run: one of the two flags alone is left to the full suite (slow). The quick
+    tier runs each script with no flag and with both, whose runs go through the code of each."""
+    import pytest
+
+    return (pytest.mark.slow,) if sum(flag in config for flag in ("--compile", "--cudagraphs")) == 1 else ()
+
+
 def check_flag_run(run: Run, config: tuple[str, ...], tags: list[str], logs: int) -> None:
     """A short run of one flag combination: exits 0, logs fps > 0 and each tag `logs` times; on a
     CPU, --cudagraphs says once that it falls back, then runs."""

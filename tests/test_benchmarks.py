@@ -24,6 +24,7 @@ def table_rows(out: str) -> list[list[str]]:
             if line.startswith("|") and not line.startswith("|---")]
 
 
+@pytest.mark.slow  # an end-to-end command: the full suite's
 def test_sps_benchmark(tmp_path):
     """Two configurations, two rounds: the table's fps is the median of what the runs logged, its ratio the
     median of the rounds' ratios (each round's fps over the first configuration's in the same round), and
@@ -74,6 +75,7 @@ def test_envpool_async_benchmark(tmp_path):
     assert rows[2][3] == f"{statistics.median([a / s for a, s in zip(both, sync)]):.2f}x"
 
 
+@pytest.mark.slow  # an end-to-end command: the full suite's
 def test_inference_benchmark(tmp_path):
     """One tiny configuration per policy: eager, inductor, and a backend that does not exist. Every row
     has its fields; inductor's outputs equal eager's (same seed; on the CPU compiled code draws eager's
@@ -101,6 +103,7 @@ def test_inference_benchmark(tmp_path):
     assert "## atari, float32" in (tmp_path / "results.md").read_text() and (tmp_path / "speedup.png").exists()
 
 
+@pytest.mark.slow  # an end-to-end command: the full suite's
 def test_compile_scope_benchmark(tmp_path):
     """Every question's variants at a tiny size: SAC's critic update on batches of 4 (its scope table has the
     variants that patch dynamo's settings), compiled with aot_eager (seconds per variant; the study uses
@@ -128,6 +131,7 @@ def test_compile_scope_benchmark(tmp_path):
     assert all(f"| {name} |" in table for _, name in variants)
 
 
+@pytest.mark.slow  # an end-to-end command: the full suite's
 def test_parts_benchmark(tmp_path):
     """Every piece's variants are timed, and each row of the table is what its raw times in results.json
     say: the median per call, the min-max, the median over the first variant's median."""
@@ -149,6 +153,7 @@ def test_parts_benchmark(tmp_path):
     assert table_rows((tmp_path / "results.md").read_text()) == expected
 
 
+@pytest.mark.slow  # an end-to-end command: the full suite's
 def test_torchrun_benchmark(tmp_path):
     """One rank and two (torchrun on loopback, tiny runs), then the pieces measured in 1 and 2 spawned
     processes: the scaling efficiency of 2 ranks is their median fps over twice the median of 1 rank."""

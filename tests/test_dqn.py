@@ -7,13 +7,13 @@ import torch
 from helpers import DQN_ATARI as ATARI, DQN_ATARI_GREEDY as ATARI_GREEDY, DQN_EVAL_THRESHOLD as EVAL_THRESHOLD, \
     DQN_GREEDY as GREEDY, DQN_LEARN as LEARN, DQN_LOSSES as LOSSES, DQN_SHORT as SHORT, DQN_THRESHOLD as THRESHOLD, \
     assert_close_logs, assert_frame_buffer_returns_what_a_naive_buffer_returns, assert_same_numbers_twice, \
-    check_flag_run, flag_configs, learns_and_plays_back, load_script
+    check_flag_run, flag_configs, learns_and_plays_back, load_script, tier
 
 EAGER, FAST = "dqn", "dqn_torchcompile"
 CONFIGS = flag_configs(EAGER, FAST)
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=" ".join)
+@pytest.mark.parametrize("config", [pytest.param(c, marks=tier(c), id=" ".join(c)) for c in CONFIGS])
 def test_every_flag_combination_runs_and_logs(config, cached_run):
     run = cached_run(*config, *SHORT)
     check_flag_run(run, config, LOSSES, logs=9)
@@ -59,7 +59,7 @@ ATARI_EAGER, ATARI_FAST = "dqn_atari_envpool", "dqn_atari_envpool_torchcompile"
 ATARI_CONFIGS = flag_configs(ATARI_EAGER, ATARI_FAST)
 
 
-@pytest.mark.parametrize("config", ATARI_CONFIGS, ids=" ".join)
+@pytest.mark.parametrize("config", [pytest.param(c, marks=tier(c), id=" ".join(c)) for c in ATARI_CONFIGS])
 def test_atari_every_flag_combination_runs_and_logs(config, cached_run):
     run = cached_run(*config, *ATARI)
     check_flag_run(run, config, LOSSES, logs=7)

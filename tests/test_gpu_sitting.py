@@ -579,6 +579,6 @@ def test_a_failed_run_is_told_by_the_exception_its_traceback_ends_with():
             "torch._dynamo.exc.InternalTorchDynamoError: NameError: name 'SYNTHETIC_LOCAL' is not defined\n\n")
     assert gpu.error_line(tail) == ("torch._dynamo.exc.InternalTorchDynamoError: NameError: name 'SYNTHETIC_LOCAL' "
                                     "is not defined")
-    assert gpu.error_line("leanrl: no LeanRL in the bundle\n") == "leanrl: no LeanRL in the bundle"
+    assert gpu.error_line("run.py failed (1):\nno such flag\n") == "run.py failed (1):"
     rounds = [{"runs": {"leanrl": {"error": tail}}}]
     assert gpu.fps_cell(rounds, "leanrl").startswith("failed: torch._dynamo.exc.InternalTorchDynamoError: NameError")

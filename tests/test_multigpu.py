@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import ENV, GPU_ENV, MODES, SCRIPT_DIR, Run, RunCache, assert_close_logs, cuda_device_count, load_script, \
-    run_script, with_flag
+    run_script, tier, with_flag
 
 from leanrl_utils import harness
 from leanrl_utils.machine import free_port
@@ -146,7 +146,7 @@ def two_ranks(cached_run):
     return lambda config: runs(*config, *SHORT).check()
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=" ".join)
+@pytest.mark.parametrize("config", [pytest.param(c, marks=tier(c), id=" ".join(c)) for c in CONFIGS])
 def test_two_ranks_keep_identical_weights(config, two_ranks):
     run = two_ranks(config)
     digests = [lines(run, "digests", rank) for rank in (0, 1)]
@@ -157,7 +157,8 @@ def test_two_ranks_keep_identical_weights(config, two_ranks):
     assert run.values("charts/SPS") and run.scalars["losses/value_loss"][-1][0] == 384
 
 
-@pytest.mark.parametrize("config", [(EAGER,), (FAST, "--compile")], ids=" ".join)
+@pytest.mark.parametrize("config", [pytest.param(c, marks=tier(c), id=" ".join(c))
+                                    for c in [(EAGER,), (FAST, "--compile")]])
 def test_the_averaged_gradient_is_the_mean_of_the_ranks_gradients(config, two_ranks):
     """At the first update: the all-reduce returns the sum of the two ranks' flattened gradients, and the
     optimizer steps with their mean, clipped to the gradient norm 0.5, on both ranks (within the rounding
@@ -275,7 +276,7 @@ def test_a_batch_too_small_for_the_world_size_is_refused(tmp_path):
         in run.stderr
 
 
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: " ".join(m) or "no flag")
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=tier(m), id=" ".join(m) or "no flag") for m in MODES])
 def test_a_watched_collective_comes_between_the_updates_and_any_host_read(mode, two_ranks):
     """Under --cudagraphs with NCCL, the all-reduces inside the update's graph are replayed, and NCCL's
     watchdog does not watch a replay: if a rank died mid-update, the next wait on the device would last

@@ -7,12 +7,12 @@ import torch
 from helpers import OFF_POLICY_LEARN as LEARN, OFF_POLICY_SHORT as SHORT, OFF_POLICY_TAGS as TAGS, \
     OFF_POLICY_THRESHOLD as THRESHOLD, Run, assert_close_logs, assert_identical_logs, assert_same_numbers_twice, \
     check_flag_run, flag_configs, learns_and_plays_back, load_script, off_policy_eager as eager, \
-    off_policy_fast as fast, register_inverted_pendulum_short
+    off_policy_fast as fast, register_inverted_pendulum_short, tier
 
 CONFIGS = [(pair, config) for pair in TAGS for config in flag_configs(eager(pair), fast(pair))]
 
 
-@pytest.mark.parametrize("pair,config", CONFIGS, ids=[" ".join(c) for _, c in CONFIGS])
+@pytest.mark.parametrize("pair,config", [pytest.param(p, c, marks=tier(c), id=" ".join(c)) for p, c in CONFIGS])
 def test_every_flag_combination_runs_and_logs(pair, config, cached_run):
     run = cached_run(*config, *SHORT)
     check_flag_run(run, config, TAGS[pair] + ["charts/episodic_return"], logs=3)

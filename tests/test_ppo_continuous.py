@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import PPO_ATARI_SHORT, PPO_CONTINUOUS_LEARN as LEARN, PPO_CONTINUOUS_SHORT as SHORT, \
     PPO_CONTINUOUS_THRESHOLD as THRESHOLD, PPO_LOSSES, assert_close_logs, assert_same_numbers_twice, check_flag_run, \
-    flag_configs, gae_data, learns_and_plays_back, load_script, reference_gae
+    flag_configs, gae_data, learns_and_plays_back, load_script, reference_gae, tier
 from leanrl_utils import evals
 
 EAGER, FAST = "ppo_continuous_action", "ppo_continuous_action_torchcompile"
@@ -19,7 +19,7 @@ FLAG_RUNS = [(config, SHORT) for config in CONFIGS] + \
     [(config, PPO_ATARI_SHORT) for config in flag_configs("ppo_atari_envpool", "ppo_atari_envpool_torchcompile")]
 
 
-@pytest.mark.parametrize("config,short", FLAG_RUNS, ids=[" ".join(config) for config, _ in FLAG_RUNS])
+@pytest.mark.parametrize("config,short", [pytest.param(c, s, marks=tier(c), id=" ".join(c)) for c, s in FLAG_RUNS])
 def test_every_flag_combination_runs_and_logs(config, short, cached_run):
     run = cached_run(*config, *short)
     check_flag_run(run, config, LOSSES, logs=4)

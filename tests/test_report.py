@@ -186,6 +186,7 @@ def test_run_sh_quick_end_to_end(tmp_path):
     assert again.returncode == 0 and f"0 runs done, {3 + HAS_JAX} already complete" in again.stdout
 
 
+@pytest.mark.slow  # an end-to-end command: the full suite's
 def test_run_sh_reports_failed_runs_and_goes_on(tmp_path):
     out = tmp_path / "results"
     # fewer steps than one PPO batch: every run stops with a usage error

@@ -17,6 +17,7 @@ def serve(*args, timeout=600):
     return subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # an end-to-end command: the full suite's
 def test_a_small_world_batched_and_not_eager_and_compiled(tmp_path):
     """2 observers, every combination of batching and compilation: the report holds every metric at every
     percentile; as many requests as observers x episodes x steps; batched, one policy call on the states of
