@@ -123,6 +123,10 @@ def run_in_process(script: str, *args: str, cwd: Path) -> Run:
     module = load_script(script)
     cwd.mkdir(parents=True, exist_ok=True)
     out, err, code, here, argv = io.StringIO(), io.StringIO(), 0, os.getcwd(), sys.argv
+    # the writers the run opens, closed here, in its folder: in a process of its own they close at its exit; in
+    # this one, left open, their thread would write to the relative runs/... after the test's folder is gone
+    writers, make_writer = [], harness.make_writer
+    harness.make_writer = lambda *a, **k: writers.append(make_writer(*a, **k)) or writers[-1]
     try:
         os.chdir(cwd)
         sys.argv = [str(SCRIPT_DIR / f"{script}.py"), *args]
@@ -135,6 +139,9 @@ def run_in_process(script: str, *args: str, cwd: Path) -> Run:
                 traceback.print_exc()
                 code = 1
     finally:
+        harness.make_writer = make_writer
+        for writer in writers:
+            writer.close()
         os.chdir(here)
         sys.argv = argv
     return Run(code, out.getvalue(), err.getvalue(), cwd)
