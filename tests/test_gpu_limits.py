@@ -3,6 +3,7 @@ row out and says so, a second command adds it and keeps the first), the arithmet
 their raw figures, a row that fails kept with its error, and the GPU's figures (the split's waiting and copies, the
 busy fraction and its series, the pieces' GPU times) from made-up CUPTI events, since no GPU runs here."""
 
+import functools
 import importlib.util
 import json
 import re
@@ -285,6 +286,13 @@ def test_the_gpus_figures_from_made_up_events():
         == pytest.approx(2e-3)
 
 
+def stack_at(script, main, pattern: str, *inner: str) -> list[str]:
+    """A sampled stack on the line of the script's main() whose statement matches `pattern`, with `inner` frames
+    below it."""
+    n = next(n for n, path in main.paths.items() if n == path[-1].lineno and re.search(pattern, main.text(path[-1])))
+    return ["<module> (<string>:1)", f"main ({script}:{n})", *inner]
+
+
 def test_a_jax_twin_on_a_gpu_waits_where_it_reads_a_result():
     """JAX's dispatch is asynchronous: a jitted call returns at once and the host waits where it reads a result. On a
     GPU such samples count as waiting for the GPU (inside JAX's ArrayImpl._value, or on a line of main() that reads an
@@ -292,11 +300,7 @@ def test_a_jax_twin_on_a_gpu_waits_where_it_reads_a_result():
     call that dispatches the update stays the update. Without a GPU the classifier's categories stay."""
     script = SCRIPT_DIR / "sac_continuous_action_jax.py"
     main = Main(script)
-
-    def at(pattern, *inner):
-        n = next(n for n, path in main.paths.items()
-                 if n == path[-1].lineno and re.search(pattern, main.text(path[-1])))
-        return ["<module> (<string>:1)", f"main ({script}:{n})", *inner]
+    at = functools.partial(stack_at, script, main)
     jax_src = "/site-packages/jax/_src"
     stacks = [at(r"action = np\.asarray\(action\)"),  # a read, in C++: waiting
               at(r"env\.step\("),  # the environment
@@ -331,11 +335,7 @@ def test_gae_is_told_apart_in_the_split():
     for name in ("ppo_atari_envpool_torchcompile", "ppo_atari_envpool"):
         script = SCRIPT_DIR / f"{name}.py"
         main = Main(script)
-
-        def at(pattern, *inner):
-            n = next(n for n, path in main.paths.items()
-                     if n == path[-1].lineno and re.search(pattern, main.text(path[-1])))
-            return ["<module> (<string>:1)", f"main ({script}:{n})", *inner]
+        at = functools.partial(stack_at, script, main)
         graph = "CudaGraphModule.__call__ (/site-packages/tensordict/nn/cudagraphs.py:300)"
         gae = at(r"= (gae|compute_gae)\(")
         assert gl.category(gae, script.name, main) == gl.GAE
