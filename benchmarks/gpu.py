@@ -36,6 +36,8 @@ The plan (--plan; its flags can be given one by one) picks the parts, in this or
   logs to a stand-in for wandb (leanrl.json: every run, LeanRL's logged values, its commit and fixes; leanrl.md);
 - before: rounds of our `--compile --cudagraphs` beside the same at the commit of the bundle's before/
   (benchmarks/gpu_bundle.sh --before COMMIT: that commit's leanrl/ and leanrl_utils/) (before.json, before.md);
+- levers: rounds as the speed part's of each lever (LEVERS: PPO Atari's `--async-envs`) beside the mode it changes one
+  thing of, into levers.json and levers.md (the lever over that mode, each round's ratio, and the verdict);
 - learn: the main job learning HalfCheetah-v4 for --learn-steps, then the eager script for as long, stopped with a
   Ctrl-C (which keeps its logs) unless it ended first (learning.json: both runs' raw scalars);
 - limits: the GPU limit study (benchmarks/gpu_limits.py) into OUT/limits, in what is left of the budget, of
@@ -104,14 +106,20 @@ MODES = {
     "leanrl": ("LeanRL `--compile --cudagraphs`", "_torchcompile", ["--compile", "--cudagraphs"]),
     "leanrl_eager": ("LeanRL eager", "_torchcompile", []),
     "before": ("the earlier commit's `--compile --cudagraphs`", "_torchcompile", ["--compile", "--cudagraphs"]),
+    # a lever of issue 60 alone: PPO Atari's envs in two halves, each stepping while the policy acts on the other
+    "async": ("--compile --cudagraphs --async-envs", "_torchcompile", ["--compile", "--cudagraphs", "--async-envs"]),
 }
+# the levers part: each lever's mode -> the mode it changes one thing of (run beside it, back to back, each round),
+# and the pairs whose scripts have it
+LEVERS = {"async": "compile+cudagraphs"}
+LEVER_PAIRS = {"async": ["ppo_atari"]}
 # seconds a run is expected to take on the GPU machine, from its process's start to its end, until the sitting has
 # timed such runs there (Sitting.expected): guessed from the speed runs' sizes, LeanRL's published fps and the first
 # trial's GPU test run (every mode of every pair compiling at once); the first sitting's times replace them
-FIRST_GUESS = {"eager": 20.0, "none": 25.0, "cudagraphs": 30.0, "jax": 30.0, "compile": 55.0, "compile+cudagraphs": 60.0,
-               "leanrl": 60.0, "leanrl_eager": 40.0, "before": 60.0}
-TINY_GUESS = {"eager": 10.0, "none": 12.0, "cudagraphs": 12.0, "jax": 20.0, "compile": 12.0, "compile+cudagraphs": 12.0,
-              "leanrl": 15.0, "leanrl_eager": 15.0, "before": 12.0}
+FIRST_GUESS = {"eager": 20.0, "none": 25.0, "cudagraphs": 30.0, "jax": 30.0, "compile": 55.0,
+               "compile+cudagraphs": 60.0, "leanrl": 60.0, "leanrl_eager": 40.0, "before": 60.0, "async": 60.0}
+TINY_GUESS = {"eager": 10.0, "none": 12.0, "cudagraphs": 12.0, "jax": 20.0, "compile": 12.0,
+              "compile+cudagraphs": 12.0, "leanrl": 15.0, "leanrl_eager": 15.0, "before": 12.0, "async": 12.0}
 MAIN_JOB = ["sac_continuous_action_torchcompile", "--compile", "--cudagraphs"]
 MAIN_TASK: list[str] = []  # the README's main job runs on its default task
 LEARN_TASK = ["--env-id", "HalfCheetah-v4"]  # that task, said for the learning run and its eager twin
@@ -168,11 +176,13 @@ PLANS = {
     "atari_split": dict(parts="limits", limits_pairs="ppo_atari", limits_modes="compile+cudagraphs,eager,jax",
                         budget=180.0),
     "before": dict(parts="before", pairs="sac,td3", rounds=1, budget=240.0),
+    # PPO Atari's levers, each beside the mode it changes, in interleaved rounds (about 60 s a run)
+    "levers": dict(parts="levers", pairs="ppo_atari", modes="compile+cudagraphs,async", rounds=3, budget=420.0),
 }
-BESIDE = ["leanrl", "leanrl_eager", "before"]  # the modes that run others' scripts: not by default
+BESIDE = ["leanrl", "leanrl_eager", "before", *LEVERS]  # others' scripts, and the levers: not by default
 DEFAULTS = dict(parts="tests,main,speed", pairs=",".join(PAIRS), modes=",".join(m for m in MODES if m not in BESIDE),
                 rounds=1, budget=540.0)
-PARTS = ["tests", "main", "speed", "leanrl", "before", "learn", "limits"]
+PARTS = ["tests", "main", "speed", "leanrl", "before", "levers", "learn", "limits"]
 
 
 def config(pair: str, mode: str, tiny: bool = False) -> str:
@@ -359,6 +369,12 @@ def main_job(sitting: Sitting, steps: int) -> None:
 def speed(sitting: Sitting, pairs: list[str], modes: list[str], rounds: int) -> int:
     """The speed table: rounds of the pairs in these modes (measured_rounds), into speed.json and speed.md."""
     return measured_rounds(sitting, "speed", sitting.pairs, pairs, modes, rounds, speed_table)
+
+
+def levers(sitting: Sitting, pairs: list[str], modes: list[str], rounds: int) -> int:
+    """Each lever beside the mode it changes (LEVERS), in rounds as the speed part's (measured_rounds): levers.json and
+    levers.md, the lever over its base in each round and the verdict."""
+    return measured_rounds(sitting, "levers", sitting.pairs, pairs, modes, rounds, levers_table)
 
 
 def measured_rounds(sitting: Sitting, part: str, table: dict, pairs: list[str], modes: list[str], rounds: int,
@@ -594,6 +610,20 @@ def speed_table(data: dict) -> str:
     return "\n".join(lines)
 
 
+def levers_table(data: dict) -> str:
+    """Per pair and GPU, per lever measured: its median fps and its base mode's over the rounds (and how many), the
+    lever over its base (the median of the rounds' ratios: both ran on one machine, back to back) and the verdict by
+    the tie rule."""
+    lines = ["| pair | GPU | lever | fps | the mode it changes | fps | lever / it | verdict |", "|---" * 8 + "|"]
+    for pair, entry, gpu, rounds in by_gpu(data):
+        for lever, base in LEVERS.items():
+            if any(lever in r["runs"] for r in rounds):
+                lines.append(f"| {pair} ({entry['steps']} steps) | {gpu} | `{MODES[lever][0]}` | "
+                             f"{fps_cell(rounds, lever)} | `{MODES[base][0]}` | {fps_cell(rounds, base)} | "
+                             + " | ".join(against(rounds, lever, base)) + " |")
+    return "\n".join(lines)
+
+
 def leanrl_table(data: dict) -> str:
     """Per pair and GPU: the median fps of ours (`--compile --cudagraphs`) and of LeanRL's two modes over the rounds
     (and how many), ours over LeanRL's `--compile --cudagraphs` (the median of the rounds' ratios, and the verdict by
@@ -781,6 +811,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--pairs: no such pair {unknown[0]!r}; the pairs are {', '.join(PAIRS)}")
     if unknown := [m for m in modes if m not in MODES]:
         parser.error(f"--modes: no such mode {unknown[0]!r}; the modes are {', '.join(MODES)}")
+    for lever in [m for m in modes if m in LEVER_PAIRS]:
+        if other := [p for p in pairs if p not in LEVER_PAIRS[lever]]:
+            parser.error(f"--modes {lever} ({MODES[lever][0]}) is for {', '.join(LEVER_PAIRS[lever])} only, "
+                         f"not {other[0]}")
     if "leanrl" in parts and (unknown := [p for p in pairs if p not in LEANRL_PAIRS]):
         parser.error(f"--pairs: the leanrl part has no pair {unknown[0]!r}; its pairs are {', '.join(LEANRL_PAIRS)}")
     if opts.resume is not None and not opts.resume.is_dir():
@@ -805,9 +839,9 @@ def main(argv: list[str] | None = None) -> None:
             tests(sitting, opts.workers, per_test, reserve, opts.grace)
         elif part == "main":
             main_job(sitting, opts.main_steps or (320 if opts.tiny else 8000))
-        elif part == "speed":
-            if missing := speed(sitting, pairs, modes, opts.rounds):
-                left.append(f"speed ({missing} rounds)")
+        elif part in ("speed", "levers"):
+            if missing := (speed if part == "speed" else levers)(sitting, pairs, modes, opts.rounds):
+                left.append(f"{part} ({missing} rounds)")
         elif part in ("leanrl", "before"):
             try:
                 missing = (leanrl if part == "leanrl" else before)(sitting, pairs, opts.rounds)

@@ -227,6 +227,12 @@ def main(args: Args) -> None:
 
     # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
     agent = Agent(envs).to(device)
+
+    def policy(obs):  # the acting step
+        with torch.no_grad():
+            action, logprob, _, value = agent.get_action_and_value(obs)
+        return action, logprob, value.flatten()
+
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
     episode_stats = EpisodeStats(args.num_envs)
 
@@ -298,20 +304,14 @@ def main(args: Args) -> None:
 
     for iteration in range(1, args.num_iterations + 1):
         progress.tick(global_step)
-        # Annealing the rate if instructed to do so.
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
-
         for step in range(0, args.num_steps):
             global_step += args.num_envs
             rollout["obs"][step] = next_obs
             rollout["dones"][step] = next_done
 
             # ALGO LOGIC: action logic
-            with torch.no_grad():
-                action, logprob, _, value = agent.get_action_and_value(next_obs)
-                rollout["values"][step] = value.flatten()
+            action, logprob, value = policy(next_obs)
+            rollout["values"][step] = value
             rollout["actions"][step] = action
             rollout["logprobs"][step] = logprob
 
@@ -335,6 +335,11 @@ def main(args: Args) -> None:
 
         # flatten the batch: each field, (steps, envs, ...) -> (steps x envs, ...)
         batch = {key: x.flatten(0, 1) for key, x in dict(rollout, advantages=advantages, returns=returns).items()}
+
+        # Annealing the rate if instructed to do so (the update reads it, the rollout does not).
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
         # Optimizing the policy and value network
         clipfracs = []

@@ -30,22 +30,18 @@ saves:
 10. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`),
    so that it reproduces the run without it, for draws left out of the kernels' fusion;
    on a GPU inductor's own generator stays on, fused, and draws other numbers.
+11. `--async-envs`: the envs in two halves (an envpool each, seeded as one pool's halves),
+   each stepping while the policy acts on the other (send/recv): the same games and draws,
+   the acting step rounded at half the batch. Off by default: it gains only where stepping
+   half the envs beats all of them (fewer free cores than envs): docs/optimizations.md.
 
 Each change from the eager script is tagged in its comment with its number here
 ([N]), so that `diff -u ppo_atari_envpool.py ppo_atari_envpool_torchcompile.py`
 reads as this list.
 
-As in the eager script:
-- envpool resets an environment on the step *after* it reports done (a lost life
-  or a finished game): that step ignores the action and returns reward 0. It is
-  not a transition, so it is masked out of the losses and of the explained
-  variance (`valid` below); CleanRL's envpool script trains on it.
-- Episode statistics, as in CleanRL's script, are the real game's: the unclipped
-  rewards summed over all lives, logged when the last life is lost. Two things
-  differ: a game's length is envpool's count of its agent steps (CleanRL's also
-  counts the reset steps), and a truncated game (the 108k-frame limit) is logged
-  and its sum restarts (CleanRL logs it never and carries its sum into the next
-  game).
+As in the eager script (its docstring says more): envpool's reset step after a done,
+which ignores the action, is no transition and is masked out of the losses; the
+episode statistics are the real game's (all lives, unclipped rewards).
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 
@@ -131,6 +127,8 @@ class Args:
     """whether to use torch.compile"""
     cudagraphs: bool = False
     """whether to use CUDA graphs (needs CUDA)"""
+    async_envs: bool = False
+    """[11] step each half of the envs while the policy acts on the other half (an even --num-envs)"""
 
     # to be filled in runtime
     batch_size: int = 0
@@ -156,6 +154,8 @@ def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):
         harness.fail(f"--env-id {args.env_id!r}: envpool has no such environment (Atari ids look like Breakout-v5)")
     if type(envpool.make_spec(args.env_id)).__name__ != "AtariEnvSpec":
         harness.fail(f"--env-id {args.env_id!r}: not an Atari game (this script is for envpool's Atari ids, e.g. Breakout-v5)")
+    if args.async_envs and num_envs is None:  # [11] the run's envs, in two halves
+        return EnvHalves(args)
     envs = envpool.make(
         args.env_id,
         env_type="gymnasium",
@@ -165,6 +165,57 @@ def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):
         seed=args.seed if seed is None else seed,
     )
     return envs
+
+
+class EnvHalves:
+    """[11] The run's envs in two halves, each an envpool of its own seeded as the halves of one pool (env i with
+    seed + i: the same games), so that one half steps while the policy acts on the other (envpool's send/recv)."""
+
+    def __init__(self, args: Args):
+        half = args.num_envs // 2
+        self.pools = [make_envs(args, num_envs=half, seed=args.seed + i * half) for i in range(2)]
+        self.slices = [slice(0, half), slice(half, args.num_envs)]
+        self.stats = [EpisodeStats(half) for _ in self.pools]
+        self.single_observation_space, self.single_action_space = (self.pools[0].single_observation_space,
+                                                                    self.pools[0].single_action_space)
+
+    def reset(self):  # both halves' first frames, as one pool's reset returns them
+        return np.concatenate([pool.reset()[0] for pool in self.pools]), {}
+
+    def collect(self, policy, rollout, global_step, next_obs, next_done, episodic_return, writer, progress):
+        """The rollout of main()'s synchronous loop, the halves overlapped: at step t half A's results of step t - 1
+        arrive (B simulated meanwhile), A acts and is sent off, then B the same way: the same transitions, and the
+        same draws in the same order (the sampling's noise, drawn half by half)."""
+        num_envs, num_steps, device = next_obs.shape[0], rollout["obs"].shape[0], next_obs.device
+        next_obs, next_done = next_obs.clone(), next_done.clone()  # written half by half
+
+        def receive(h, step, logged_step):
+            nonlocal episodic_return
+            obs, reward, terminations, truncations, infos = self.pools[h].recv()
+            sl = self.slices[h]
+            next_obs[sl] = torch.as_tensor(obs).to(device)
+            next_done[sl] = torch.Tensor(np.logical_or(terminations, truncations)).to(device)
+            rollout["rewards"][step, sl] = torch.tensor(reward).to(device).view(-1)
+            for _, episodic_return, episodic_length in self.stats[h].update(infos, terminations, truncations):
+                writer.add_scalar("charts/episodic_return", episodic_return, logged_step)
+                writer.add_scalar("charts/episodic_length", episodic_length, logged_step)
+
+        for step in range(num_steps):
+            global_step += num_envs
+            for h, sl in enumerate(self.slices):
+                if step > 0:
+                    receive(h, step - 1, global_step - num_envs)
+                rollout["obs"][step, sl] = next_obs[sl]
+                rollout["dones"][step, sl] = next_done[sl]
+                action, logprob, value = policy(next_obs[sl])
+                rollout["values"][step, sl] = value
+                rollout["actions"][step, sl] = action
+                rollout["logprobs"][step, sl] = logprob
+                self.pools[h].send(action.cpu().numpy())
+            progress.update(num_envs)
+        for h in range(2):  # the last step's results: the observation GAE bootstraps from
+            receive(h, num_steps - 1, global_step)
+        return global_step, next_obs, next_done, episodic_return
 
 
 class EpisodeStats:
@@ -267,7 +318,9 @@ class Agent(nn.Module):
         logits = logits - logits.logsumexp(dim=-1, keepdim=True)
         probs = logits.softmax(dim=-1)
         if action is None:
-            action = torch.multinomial(probs, 1, True).view(-1)
+            # torch.multinomial's draw written out (exponential noise, the argmax of probs / noise): its numbers without
+            # its check of the probabilities (several ops a call); on the CPU the same draws at once or by halves
+            action = (probs / torch.empty_like(probs).exponential_()).argmax(dim=-1)
         log_prob = logits.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(logits.clamp(min=torch.finfo(logits.dtype).min) * probs).sum(-1)
         return action, log_prob, entropy, self.critic(hidden)
@@ -446,18 +499,16 @@ def main(args: Args) -> None:
 
     for iteration in range(1, args.num_iterations + 1):
         progress.tick(global_step)
-        # Annealing the rate if instructed to do so.
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # [5] in place: no recompilation
-
-        for step in range(0, args.num_steps):
+        if args.async_envs:  # [11] the rollout with the halves overlapped; the loop below then runs no step
+            global_step, next_obs, next_done, episodic_return = envs.collect(
+                policy, rollout, global_step, next_obs, next_done, episodic_return, writer, progress)
+        for step in range(0, 0 if args.async_envs else args.num_steps):
             global_step += args.num_envs
             rollout["obs"][step] = next_obs
             rollout["dones"][step] = next_done
 
             # ALGO LOGIC: action logic
-            action, logprob, value = policy(next_obs)  # [3] on the detached weights (compiled, graphed with the flags)
+            action, logprob, value = policy(next_obs)
             rollout["values"][step] = value
             rollout["actions"][step] = action
             rollout["logprobs"][step] = logprob
@@ -478,6 +529,11 @@ def main(args: Args) -> None:
 
         # flatten the batch: each field, (steps, envs, ...) -> (steps x envs, ...)
         batch = {key: x.flatten(0, 1) for key, x in dict(rollout, advantages=advantages, returns=returns).items()}
+
+        # Annealing the rate if instructed to do so (the update reads it, the rollout does not).
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # [5] in place: no recompilation
 
         # Optimizing the policy and value network
         clipfracs = []

@@ -133,8 +133,9 @@ def check_declared(args) -> None:
 def check_common(args) -> None:
     """What every script refuses before its own checks: a float flag given as nan or inf (it would pass every
     range check written as a comparison), a seed that numpy and gymnasium refuse (they take 0 to 2**32 - 1) only
-    once the run has started, an experiment name that cannot name a run's folder, and every flag outside its
-    declared range (`check_declared`)."""
+    once the run has started, an experiment name that cannot name a run's folder, `--async-envs` (PPO Atari's
+    optimized twin: the envs in two halves) with an odd number of envs, and every flag outside its declared range
+    (`check_declared`)."""
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             fail(f"{flag(name)} must be a finite number, got {value}")
@@ -143,6 +144,8 @@ def check_common(args) -> None:
     name = getattr(args, "exp_name", "x")
     if not name.strip() or any(c in name for c in "/\\\0") or len(name.encode()) > 200:
         fail(f"--exp-name {name!r}: it names the run's folder: a name without '/', '\\' or NUL, of at most 200 bytes")
+    if getattr(args, "async_envs", False) and args.num_envs % 2:
+        fail(f"--async-envs steps the envs in two halves: --num-envs must be even, not {args.num_envs}")
     check_declared(args)
 
 

@@ -386,6 +386,25 @@ def test_the_atari_split_rehearsed(copy, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_levers_plan_rehearsed(copy, tmp_path):
+    """The levers plan (docs/gpu.md: PPO Atari's --async-envs beside the --compile --cudagraphs it changes), resumed
+    from a sitting folder, at tiny sizes, one round: both modes ran in it, back to back, and levers.md gives the lever
+    over its base mode with the verdict, within the machine's limits."""
+    folder = copy / "docs" / "gpu" / SITTING
+    folder.mkdir(parents=True)
+    (folder / "sitting.log").write_text("00:00:00 sitting: the first command\n")
+    command = 'bash benchmarks/gpu.sh "$OUT" --plan levers --resume docs/gpu/<sitting> --rounds 1'
+    proc, wall = rehearse(copy, command, tmp_path / "out", 90, path_without_git(tmp_path))
+    files = assert_comes_back(tmp_path / "out", proc, wall, 90)
+    assert set(files) == {"console.log", "sitting.log", "machine.json", "levers.json", "levers.md"}, sorted(files)
+    rounds = json.loads(files["levers.json"].read_text())["pairs"]["ppo_atari"]["rounds"]
+    assert len(rounds) == 1 and set(rounds[0]["runs"]) == {"compile+cudagraphs", "async"}, rounds
+    assert all(run["sps"] > 0 for run in rounds[0]["runs"].values()), rounds
+    row = files["levers.md"].read_text().splitlines()[2]
+    assert "`--compile --cudagraphs --async-envs`" in row and re.search(r"\| \d+\.\d\dx \| (faster|slower|tie) \|$", row), row
+
+
+@pytest.mark.slow
 def test_the_before_plan_rehearsed(copy, tmp_path):
     """The before plan with 4081e39's leanrl/ and leanrl_utils/ in the bundle, as benchmarks/gpu_bundle.sh --before
     puts them there: a round of SAC and TD3 now and at that commit, that commit's scripts run from the bundle, within

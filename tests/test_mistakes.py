@@ -36,6 +36,8 @@ def one_line(code: int, err: str, script: str) -> str:
     ("dqn_atari_envpool", ["--exp-name", "a/b"], "--exp-name 'a/b': it names the run's folder: a name without '/', "
                                                  "'\\' or NUL, of at most 200 bytes"),
     ("td3_continuous_action_jax", ["--seed", "-3"], "--seed must be in [0, 2**32 - 1] (numpy's and gymnasium's seeds), got -3"),
+    ("ppo_atari_envpool_torchcompile", ["--async-envs", "--num-envs", "3", "--total-timesteps", "3840"],
+     "--async-envs steps the envs in two halves: --num-envs must be even, not 3"),
 ])
 def test_each_mistake_names_its_own_flag(script, argv, expected, monkeypatch, capsys, tmp_path):
     """Unknown flags are the parser's; ranges are the harness's and the script's check_args (before any work): the

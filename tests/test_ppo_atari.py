@@ -31,6 +31,16 @@ def test_optimized_script_learns_what_the_eager_one_learns(cached_run):
     assert_close_logs(fast, eager, LOSSES + GAMES, **TOL)
 
 
+def test_async_envs_play_the_same_run(cached_run):
+    """--async-envs changes when each half of the envs steps (while the policy acts on the other half), not what is
+    played: each env its seed, each half its draws in turn, in the synchronous loop's order. The same games, at the
+    same steps; the losses within rounding (the acting step runs at half the batch, here a batch of one)."""
+    sync, halves = cached_run(FAST, *SHORT).check(), cached_run(FAST, "--async-envs", *SHORT).check()
+    assert len(halves.values("charts/episodic_return")) == 2
+    assert all(halves.scalars[tag] == sync.scalars[tag] for tag in GAMES)
+    assert_close_logs(halves, sync, LOSSES, **TOL)
+
+
 @pytest.mark.parametrize("script", [EAGER, FAST])
 def test_same_seed_same_numbers(script, cached_run):
     assert_same_numbers_twice(cached_run, script, SHORT, LOSSES)
