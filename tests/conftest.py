@@ -13,6 +13,11 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""
 # digits of a run, which the same-seed and eager-against-optimized comparisons would see.
 workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+# A Ctrl-C reaches the runs: a session started with SIGINT ignored (a shell without job control starts a
+# background command so) would pass the ignoring on to every run and fork server, and the tests of Ctrl-C and of
+# what a forked run sees would fail for the session's way of being started, not for the code.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # JAX's compilation cache on disk, for this session only: a computation that a run (or a test process) compiled is
 # read back by the next run that compiles it (a twin's short run and its run with SAVED compile the same updates: a
