@@ -76,6 +76,19 @@ def test_envpool_async_benchmark(tmp_path):
 
 
 @pytest.mark.slow  # an end-to-end command: the full suite's
+def test_same_run_benchmark(tmp_path):
+    """The halves against one pool, and the twin without and with --async-envs, tiny: every step and every logged value
+    counted, the runs' tags all there."""
+    bench("-m", "benchmarks.optimizations_same_run", "--num-envs", "2", "--steps", "100", "--run-steps", "128",
+          "--num-steps", "32", "--out", str(tmp_path))
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["envs"] == {"steps": 100, "agreed": 100}  # at 20 steps two alike-seeded games may not part yet
+    rows = data["runs"][""]
+    assert {"losses/value_loss", "charts/learning_rate"} <= set(rows) and "charts/SPS" not in rows, sorted(rows)
+    assert all(r["values"] == r["values_async"] > 0 and 0 <= r["identical"] <= r["values"] for r in rows.values()), rows
+
+
+@pytest.mark.slow  # an end-to-end command: the full suite's
 def test_inference_benchmark(tmp_path):
     """One tiny configuration per policy: eager, inductor, and a backend that does not exist. Every row
     has its fields; inductor's outputs equal eager's (same seed; on the CPU compiled code draws eager's
