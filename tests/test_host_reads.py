@@ -7,13 +7,12 @@ not a logging step's (or, in PPO, the `--target-kl` check, once an epoch, when a
 
 import ast
 import linecache
-import sys
 import traceback
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import SCRIPT_DIR, SPECS, load_script
+from helpers import SCRIPT_DIR, SPECS, run_in_process
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # the lines a logging step reads on (the loss values, the explained variance, the progress bar's figures)
@@ -41,31 +40,27 @@ class HostReads(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def reads_of(script: str, argv: list[str], monkeypatch, tmp_path) -> list[tuple[int, str]]:
-    from leanrl_utils import harness
-
-    module = load_script(script)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", [f"leanrl/{script}.py"])
+def reads_of(script: str, argv: list[str], tmp_path) -> list[tuple[int, str]]:
+    """The reads of a run of `script` with `argv`, in this process (helpers.run_in_process: its writers closed)."""
     mode = HostReads(script)
     with mode:
-        harness.run(module.main, module.Args, module.check_args, argv)
+        run_in_process(script, *argv, cwd=tmp_path).check()
     return mode.reads
 
 
 @pytest.mark.parametrize("script", TWINS)
-def test_a_twin_reads_values_back_at_logging_steps_only(script, monkeypatch, tmp_path):
-    reads = reads_of(script, SPECS[script].short, monkeypatch, tmp_path)
+def test_a_twin_reads_values_back_at_logging_steps_only(script, tmp_path):
+    reads = reads_of(script, SPECS[script].short, tmp_path)
     assert reads, "no read seen at all: the logging steps read the losses back"
     assert [r for r in reads if not any(name in r[1] for name in LOGGING)] == []
 
 
-def test_ppo_atari_s_epochs_read_only_the_kl_check_and_only_when_asked_for(monkeypatch, tmp_path):
+def test_ppo_atari_s_epochs_read_only_the_kl_check_and_only_when_asked_for(tmp_path):
     """--target-kl stops the epochs on a value of the update: one read an epoch (the script's only way to decide), on
     its own line; without it the epochs read nothing (the test above)."""
     script = "ppo_atari_envpool_torchcompile"
     argv = ["--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "128",
             "--num-minibatches", "2", "--update-epochs", "3", "--target-kl", "1000"]
-    reads = [text for _, text in reads_of(script, argv, monkeypatch, tmp_path) if not any(n in text for n in LOGGING)]
+    reads = [text for _, text in reads_of(script, argv, tmp_path) if not any(n in text for n in LOGGING)]
     check = 'if args.target_kl is not None and losses["approx_kl"] > args.target_kl:'
     assert reads == [check] * (3 * 2)  # 3 epochs in each of the 2 iterations
