@@ -152,7 +152,7 @@ class ReplayBuffer:
 
 
 def main(args: Args) -> None:
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = harness.run_name(args)  # runs/<env>__<exp>__<seed>__<time>, or the run --resume names
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -200,9 +200,14 @@ def main(args: Args) -> None:
         optimizer.step()
         return out
 
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
+    checkpoint = harness.Checkpoint(args, writer, dict(q_network=q_network, optimizer=optimizer, target_network=target_network, rb=rb, env=env))
+
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    for global_step in range(args.total_timesteps):
+    first, obs, episodic_return = checkpoint.resume(0, obs, episodic_return)  # --resume: as saved
+    for global_step in range(first, args.total_timesteps):
+        checkpoint.tick(global_step, obs, episodic_return)  # a checkpoint when one is due, or asked for
         progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
@@ -241,6 +246,7 @@ def main(args: Args) -> None:
             # update target network
             if global_step % args.target_network_frequency == 0:
                 update_target()
+    checkpoint.close(args.total_timesteps, obs, episodic_return)
     progress.close()
 
     if args.save_model:

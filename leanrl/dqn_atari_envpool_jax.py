@@ -339,7 +339,7 @@ class TrainState(NamedTuple):
 
 
 def main(args: Args) -> None:
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = harness.run_name(args)  # runs/<env>__<exp>__<seed>__<time>, or the run --resume names
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -349,7 +349,7 @@ def main(args: Args) -> None:
     key, q_key = jax.random.split(key)
 
     # env setup
-    envs = make_envs(args)
+    envs = make_envs(args, seed=harness.env_seed(args))  # --resume: new games (envpool cannot save its own)
     envs.single_action_space.seed(args.seed)
     episode_stats = EpisodeStats(1)
     frame_shape = envs.single_observation_space.shape[1:]
@@ -402,10 +402,16 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.train_frequency, busy="compiling (jax.jit)")
     episodic_return = float("nan")
 
-    # TRY NOT TO MODIFY: start the game
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume (not the steps
+    # staged since the buffer's last write: they belong to the games a resume does not go on with)
+    checkpoint = harness.Checkpoint(args, writer, dict(action_space=envs.single_action_space), envpool=True)
+    first, state, rb, episodic_return = checkpoint.resume(0, state, rb, episodic_return)  # --resume: as saved
+
+    # TRY NOT TO MODIFY: start the game (after --resume, new games: their first observation is written the same way)
     obs, _ = envs.reset()
     rb = start(rb, obs[0, -1], True)  # the first observation of the run
-    for global_step in range(args.total_timesteps):
+    for global_step in range(first, args.total_timesteps):
+        checkpoint.tick(global_step, state, rb, episodic_return)  # a checkpoint when one is due, or asked for
         progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
@@ -451,6 +457,7 @@ def main(args: Args) -> None:
                 state = update_target_only(state)
         elif global_step % args.train_frequency == 0:
             rb = write_steps(rb, *staged.take())  # before learning starts: the staged steps alone
+    checkpoint.close(args.total_timesteps, state, rb, episodic_return)
     progress.close()
 
     if args.save_model:

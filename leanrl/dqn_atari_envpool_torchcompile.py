@@ -251,7 +251,7 @@ class ReplayBuffer:
 
 
 def main(args: Args) -> None:
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = harness.run_name(args)  # runs/<env>__<exp>__<seed>__<time>, or the run --resume names
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -261,7 +261,7 @@ def main(args: Args) -> None:
     device = harness.pick_device(args)  # CUDA if asked for and usable, else the CPU (saying why); CPU threads
 
     # env setup
-    envs = make_envs(args)
+    envs = make_envs(args, seed=harness.env_seed(args))  # --resume: new games (envpool cannot save its own)
     envs.single_action_space.seed(args.seed)
     episode_stats = EpisodeStats(1)
 
@@ -331,10 +331,16 @@ def main(args: Args) -> None:
         update_target = CudaGraphModule(update_target, warmup=warmup)  # a function of no argument: graphed too
         policy = CudaGraphModule(policy, warmup=warmup)
 
-    # TRY NOT TO MODIFY: start the game
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
+    checkpoint = harness.Checkpoint(args, writer, dict(q_network=q_network, optimizer=optimizer, target_network=target_network, rb=rb,
+                                                     action_space=envs.single_action_space), envpool=True)
+    first, episodic_return = checkpoint.resume(0, episodic_return)  # --resume: as saved
+
+    # TRY NOT TO MODIFY: start the game (after --resume, new games: their first observation is written the same way)
     obs, info = envs.reset()
     rb.write_obs(obs[0], game_start=True)  # the run's first observation (one env)
-    for global_step in range(args.total_timesteps):
+    for global_step in range(first, args.total_timesteps):
+        checkpoint.tick(global_step, episodic_return)  # a checkpoint when one is due, or asked for
         progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
@@ -369,6 +375,7 @@ def main(args: Args) -> None:
 
             if global_step % args.target_network_frequency == 0:  # update target network
                 update_target()
+    checkpoint.close(args.total_timesteps, episodic_return)
     progress.close()
 
     if args.save_model:

@@ -247,7 +247,7 @@ class TrainState(NamedTuple):
 
 
 def main(args: Args) -> None:
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = harness.run_name(args)  # runs/<env>__<exp>__<seed>__<time>, or the run --resume names
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -307,9 +307,14 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.train_frequency, busy="compiling (jax.jit)")
     episodic_return = float("nan")
 
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
+    checkpoint = harness.Checkpoint(args, writer, dict(staged=staged, env=env))
+
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    for global_step in range(args.total_timesteps):
+    first, state, rb, obs, episodic_return = checkpoint.resume(0, state, rb, obs, episodic_return)  # --resume: as saved
+    for global_step in range(first, args.total_timesteps):
+        checkpoint.tick(global_step, state, rb, obs, episodic_return)  # a checkpoint when one is due, or asked for
         progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
@@ -356,6 +361,7 @@ def main(args: Args) -> None:
                 state = update_target_only(state)
         elif global_step % args.train_frequency == 0:
             rb = write_steps(rb, *staged.take())  # before learning starts: the staged steps alone
+    checkpoint.close(args.total_timesteps, state, rb, obs, episodic_return)
     progress.close()
 
     if args.save_model:

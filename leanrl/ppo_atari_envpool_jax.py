@@ -446,7 +446,7 @@ def main(args: Args) -> None:
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = harness.run_name(args)  # runs/<env>__<exp>__<seed>__<time>, or the run --resume names
 
     # TRY NOT TO MODIFY: seeding (JAX's PRNG key; the environments as the eager script)
     random.seed(args.seed)
@@ -456,7 +456,7 @@ def main(args: Args) -> None:
     key, agent_key = jax.random.split(key)
 
     # env setup
-    envs = make_envs(args)
+    envs = make_envs(args, seed=harness.env_seed(args))  # --resume: new games (envpool cannot save its own)
 
     agent = Agent(action_n=int(envs.single_action_space.n))
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84): the network sees it NHWC
@@ -473,6 +473,9 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.batch_size, busy="compiling (jax.jit)")
     episodic_return = float("nan")
 
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
+    checkpoint = harness.Checkpoint(args, writer, dict(), envpool=True)
+
     # TRY NOT TO MODIFY: start the game
     global_step = 0
     next_obs, _ = envs.reset()
@@ -482,7 +485,10 @@ def main(args: Args) -> None:
     next_obs = jnp.asarray(next_obs)  # one copy to the device; from here on the frames stay there
     next_done = jnp.zeros(args.num_envs)
 
-    for iteration in range(1, args.num_iterations + 1):
+    # --resume: the run as saved, at the start of an iteration (checkpoints fall there only)
+    global_step, first, state, key, episodic_return = checkpoint.resume(global_step, 1, state, key, episodic_return)
+    for iteration in range(first, args.num_iterations + 1):
+        checkpoint.tick(global_step, iteration, state, key, episodic_return)  # a checkpoint when one is due, or asked for
         progress.tick(global_step)
         # Annealing the rate if instructed to do so.
         lrnow = args.learning_rate
@@ -515,6 +521,7 @@ def main(args: Args) -> None:
         writer.add_scalar("charts/learning_rate", lrnow, global_step)
         harness.log_losses(writer, logged, global_step)
         progress.log(global_step, episodic_return)
+    checkpoint.close(global_step, args.num_iterations + 1, state, key, episodic_return)
     progress.close()
 
     if args.save_model:

@@ -306,7 +306,7 @@ def main(args: Args) -> None:
     args.batch_size = args.local_batch_size * args.world_size
     args.minibatch_size = int(args.local_batch_size // args.num_minibatches)  # each rank's share of a minibatch
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = harness.run_name(args)  # runs/<env>__<exp>__<seed>__<time>, or the run --resume names
 
     # TRY NOT TO MODIFY: seeding (the same seed everywhere, so that the weights start identical)
     random.seed(args.seed)
@@ -328,7 +328,7 @@ def main(args: Args) -> None:
                      "capture; use --backend nccl")
 
     # env setup: each rank its own environments
-    envs = make_envs(args, seed=args.seed + rank)
+    envs = make_envs(args, seed=harness.env_seed(args, rank))  # --resume: new games (envpool cannot save its own)
 
     # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
     agent = Agent(envs).to(device)
@@ -475,13 +475,19 @@ def main(args: Args) -> None:
         update = CudaGraphModule(update, warmup=warmup)
     heartbeat = torch.zeros(1, device=device)  # [9] the watched collective after the updates (see below)
 
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
+    checkpoint = harness.Checkpoint(args, writer, dict(agent=agent, optimizer=optimizer), envpool=True)
+
     # TRY NOT TO MODIFY: start the game
     global_step = 0
     next_obs, _ = envs.reset()
     next_obs = torch.as_tensor(next_obs).to(device)
     next_done = torch.zeros(args.num_envs).to(device)
 
-    for iteration in range(1, args.num_iterations + 1):
+    # --resume: the run as saved, at the start of an iteration (checkpoints fall there only)
+    global_step, first, episodic_return = checkpoint.resume(global_step, 1, episodic_return)
+    for iteration in range(first, args.num_iterations + 1):
+        checkpoint.tick(global_step, iteration, episodic_return)  # a checkpoint when one is due, or asked for
         progress.tick(global_step)
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
@@ -556,6 +562,7 @@ def main(args: Args) -> None:
         harness.log_losses(writer, dict(losses, clipfrac=torch.stack(clipfracs).mean(),  # [10] one read, here
                                         explained_variance=explained_var), global_step)
         progress.log(global_step, episodic_return)
+    checkpoint.close(global_step, args.num_iterations + 1, episodic_return)
     progress.close()
 
     if distributed:

@@ -155,7 +155,7 @@ def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):
     if type(envpool.make_spec(args.env_id)).__name__ != "AtariEnvSpec":
         harness.fail(f"--env-id {args.env_id!r}: not an Atari game (this script is for envpool's Atari ids, e.g. Breakout-v5)")
     if args.async_envs and num_envs is None:  # [11] the run's envs, in two halves
-        return EnvHalves(args)
+        return EnvHalves(args, args.seed if seed is None else seed)
     envs = envpool.make(
         args.env_id,
         env_type="gymnasium",
@@ -171,9 +171,9 @@ class EnvHalves:
     """[11] The run's envs in two halves, each an envpool of its own seeded as the halves of one pool (env i with
     seed + i: the same games), so that one half steps while the policy acts on the other (envpool's send/recv)."""
 
-    def __init__(self, args: Args):
+    def __init__(self, args: Args, seed: int):
         half = args.num_envs // 2
-        self.pools = [make_envs(args, num_envs=half, seed=args.seed + i * half) for i in range(2)]
+        self.pools = [make_envs(args, num_envs=half, seed=seed + i * half) for i in range(2)]
         self.slices = [slice(0, half), slice(half, args.num_envs)]
         self.stats = [EpisodeStats(half) for _ in self.pools]
         self.single_observation_space, self.single_action_space = (self.pools[0].single_observation_space,
@@ -357,7 +357,7 @@ def main(args: Args) -> None:
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = harness.run_name(args)  # runs/<env>__<exp>__<seed>__<time>, or the run --resume names
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -367,7 +367,7 @@ def main(args: Args) -> None:
     device = harness.pick_device(args)  # CUDA if asked for and usable, else the CPU (saying why); CPU threads
 
     # env setup
-    envs = make_envs(args)
+    envs = make_envs(args, seed=harness.env_seed(args))  # --resume: new games (envpool cannot save its own)
 
     # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
     agent = Agent(envs).to(device)
@@ -491,13 +491,19 @@ def main(args: Args) -> None:
         gae = CudaGraphModule(gae, warmup=warmup)
         update = CudaGraphModule(update, warmup=warmup)
 
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
+    checkpoint = harness.Checkpoint(args, writer, dict(agent=agent, optimizer=optimizer), envpool=True)
+
     # TRY NOT TO MODIFY: start the game
     global_step = 0
     next_obs, _ = envs.reset()
     next_obs = torch.as_tensor(next_obs).to(device)
     next_done = torch.zeros(args.num_envs).to(device)
 
-    for iteration in range(1, args.num_iterations + 1):
+    # --resume: the run as saved, at the start of an iteration (checkpoints fall there only)
+    global_step, first, episodic_return = checkpoint.resume(global_step, 1, episodic_return)
+    for iteration in range(first, args.num_iterations + 1):
+        checkpoint.tick(global_step, iteration, episodic_return)  # a checkpoint when one is due, or asked for
         progress.tick(global_step)
         if args.async_envs:  # [11] the rollout with the halves overlapped; the loop below then runs no step
             global_step, next_obs, next_done, episodic_return = envs.collect(
@@ -560,6 +566,7 @@ def main(args: Args) -> None:
         harness.log_losses(writer, dict(losses, clipfrac=torch.stack(clipfracs).mean(),  # [9] one read, here
                                         explained_variance=explained_var), global_step)
         progress.log(global_step, episodic_return)
+    checkpoint.close(global_step, args.num_iterations + 1, episodic_return)
     progress.close()
 
     if args.save_model:

@@ -206,7 +206,7 @@ def main(args: Args) -> None:
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = harness.run_name(args)  # runs/<env>__<exp>__<seed>__<time>, or the run --resume names
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -285,13 +285,19 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.batch_size)
     episodic_return = float("nan")
 
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
+    checkpoint = harness.Checkpoint(args, writer, dict(agent=agent, optimizer=optimizer, envs=envs))
+
     # TRY NOT TO MODIFY: start the game
     global_step = 0
     next_obs, _ = envs.reset(seed=args.seed)
     next_obs = torch.Tensor(next_obs).to(device)
     next_done = torch.zeros(args.num_envs).to(device)
 
-    for iteration in range(1, args.num_iterations + 1):
+    # --resume: the run as saved, at the start of an iteration (checkpoints fall there only)
+    global_step, first, next_obs, next_done, episodic_return = checkpoint.resume(global_step, 1, next_obs, next_done, episodic_return)
+    for iteration in range(first, args.num_iterations + 1):
+        checkpoint.tick(global_step, iteration, next_obs, next_done, episodic_return)  # a checkpoint when one is due, or asked for
         progress.tick(global_step)
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
@@ -363,6 +369,7 @@ def main(args: Args) -> None:
         harness.log_losses(writer, out | dict(clipfrac=np.mean(clipfracs), explained_variance=explained_var),
                            global_step)
         progress.log(global_step, episodic_return)
+    checkpoint.close(global_step, args.num_iterations + 1, next_obs, next_done, episodic_return)
     progress.close()
 
     if args.save_model:

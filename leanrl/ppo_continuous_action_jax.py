@@ -378,7 +378,7 @@ def main(args: Args) -> None:
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = harness.run_name(args)  # runs/<env>__<exp>__<seed>__<time>, or the run --resume names
 
     # TRY NOT TO MODIFY: seeding (JAX's PRNG key; the environments as the eager script)
     random.seed(args.seed)
@@ -413,13 +413,19 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.batch_size, busy="compiling (jax.jit)")
     episodic_return = float("nan")
 
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
+    checkpoint = harness.Checkpoint(args, writer, dict(envs=envs))
+
     # TRY NOT TO MODIFY: start the game
     global_step = 0
     next_obs, _ = envs.reset(seed=args.seed)
     next_obs = np.asarray(next_obs, dtype=np.float32)
     next_done = np.zeros(args.num_envs, dtype=np.float32)
 
-    for iteration in range(1, args.num_iterations + 1):
+    # --resume: the run as saved, at the start of an iteration (checkpoints fall there only)
+    global_step, first, state, key, next_obs, next_done, episodic_return = checkpoint.resume(global_step, 1, state, key, next_obs, next_done, episodic_return)
+    for iteration in range(first, args.num_iterations + 1):
+        checkpoint.tick(global_step, iteration, state, key, next_obs, next_done, episodic_return)  # a checkpoint when one is due, or asked for
         progress.tick(global_step)
         # Annealing the rate if instructed to do so.
         lrnow = args.learning_rate
@@ -462,6 +468,7 @@ def main(args: Args) -> None:
         writer.add_scalar("charts/learning_rate", lrnow, global_step)
         harness.log_losses(writer, logged, global_step)
         progress.log(global_step, episodic_return)
+    checkpoint.close(global_step, args.num_iterations + 1, state, key, next_obs, next_done, episodic_return)
     progress.close()
 
     if args.save_model:

@@ -290,7 +290,7 @@ def main(args: Args) -> None:
     args.batch_size = int(args.num_envs * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = harness.run_name(args)  # runs/<env>__<exp>__<seed>__<time>, or the run --resume names
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -434,6 +434,9 @@ def main(args: Args) -> None:
         gae = CudaGraphModule(gae, warmup=warmup)
         update = CudaGraphModule(update, warmup=warmup)
 
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
+    checkpoint = harness.Checkpoint(args, writer, dict(agent=agent, optimizer=optimizer, envs=envs))
+
     # TRY NOT TO MODIFY: start the game
     global_step = 0
     next_obs, _ = envs.reset(seed=args.seed)
@@ -442,7 +445,10 @@ def main(args: Args) -> None:
     next_obs = torch.as_tensor(next_obs, device=device, dtype=torch.float32)
     next_done = np.zeros(args.num_envs, dtype=np.float32)
 
-    for iteration in range(1, args.num_iterations + 1):
+    # --resume: the run as saved, at the start of an iteration (checkpoints fall there only)
+    global_step, first, next_obs, next_done, episodic_return = checkpoint.resume(global_step, 1, next_obs, next_done, episodic_return)
+    for iteration in range(first, args.num_iterations + 1):
+        checkpoint.tick(global_step, iteration, next_obs, next_done, episodic_return)  # a checkpoint when one is due, or asked for
         progress.tick(global_step)
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
@@ -509,6 +515,7 @@ def main(args: Args) -> None:
         harness.log_losses(writer, out | dict(clipfrac=torch.stack(clipfracs).mean(), explained_variance=explained_var),
                            global_step)
         progress.log(global_step, episodic_return)
+    checkpoint.close(global_step, args.num_iterations + 1, next_obs, next_done, episodic_return)
     progress.close()
 
     if args.save_model:

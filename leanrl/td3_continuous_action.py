@@ -148,6 +148,7 @@ class ReplayBuffer:
     def __init__(self, size: int, obs_dim: int, act_dim: int, device: torch.device):
         self.widths = [obs_dim, obs_dim, act_dim, 1, 1]  # observations, next_observations, actions, rewards, dones
         self.size, self.pos, self.full, self.device = size, 0, False, device
+        harness.check_memory("--buffer-size", size * sum(self.widths) * 4, "cpu")  # float32 rows: refused if too many
         self.rows = torch.zeros(size, sum(self.widths))
 
     def add(self, obs, next_obs, action, reward, done):
@@ -174,7 +175,7 @@ def optimize(optimizer: Adam, loss: torch.Tensor) -> None:
 
 
 def main(args: Args) -> None:
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = harness.run_name(args)  # runs/<env>__<exp>__<seed>__<time>, or the run --resume names
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -248,9 +249,16 @@ def main(args: Args) -> None:
     # the latest episode's return; the latest losses (the actor's from the last policy step)
     episodic_return, losses = float("nan"), {}
 
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
+    checkpoint = harness.Checkpoint(args, writer, dict(actor=actor, target_actor=target_actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target,
+                                                     qf2_target=qf2_target, q_optimizer=q_optimizer,
+                                                     actor_optimizer=actor_optimizer, rb=rb, env=env))
+
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    for global_step in range(args.total_timesteps):
+    first, obs, episodic_return, losses = checkpoint.resume(0, obs, episodic_return, losses)  # --resume: as saved
+    for global_step in range(first, args.total_timesteps):
+        checkpoint.tick(global_step, obs, episodic_return, losses)  # a checkpoint when one is due, or asked for
         progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         if global_step < args.learning_starts:
@@ -287,6 +295,7 @@ def main(args: Args) -> None:
             if global_step % 100 == 0:
                 harness.log_losses(writer, losses, global_step)  # read back to the host here, at logging steps only
                 progress.log(global_step, episodic_return)
+    checkpoint.close(args.total_timesteps, obs, episodic_return, losses)
     progress.close()
 
     if args.save_model:

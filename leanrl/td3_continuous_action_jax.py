@@ -290,7 +290,7 @@ def make_update_fns(args: Args, actor: Actor, qnet: QNetwork, low: np.ndarray, h
 
 
 def main(args: Args) -> None:
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = harness.run_name(args)  # runs/<env>__<exp>__<seed>__<time>, or the run --resume names
 
     # env setup
     env = make_env(args.env_id, args.seed, args.capture_video, run_name)
@@ -328,9 +328,14 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after, busy="compiling (jax.jit)")
     episodic_return, info = float("nan"), {}
 
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
+    checkpoint = harness.Checkpoint(args, writer, dict(env=env))
+
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    for global_step in range(args.total_timesteps):
+    first, state, rb, key, obs, episodic_return, info = checkpoint.resume(0, state, rb, key, obs, episodic_return, info)  # --resume: as saved
+    for global_step in range(first, args.total_timesteps):
+        checkpoint.tick(global_step, state, rb, key, obs, episodic_return, info)  # a checkpoint when one is due, or asked for
         progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         if global_step < args.learning_starts:
@@ -369,6 +374,7 @@ def main(args: Args) -> None:
             if global_step % 100 == 0:  # read back from the device at logging steps only
                 harness.log_losses(writer, info, global_step)  # the critic's and actor's latest values
                 progress.log(global_step, episodic_return)
+    checkpoint.close(args.total_timesteps, state, rb, key, obs, episodic_return, info)
     progress.close()
 
     if args.save_model:

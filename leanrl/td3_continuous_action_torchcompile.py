@@ -185,6 +185,7 @@ class ReplayBuffer:
     def __init__(self, size: int, obs_dim: int, act_dim: int, device: torch.device, stage: int = 64):
         self.widths = [obs_dim, obs_dim, act_dim, 1, 1]  # observations, next_observations, actions, rewards, dones
         self.size, self.pos, self.full, self.n_staged, self.device = size, 0, False, 0, device
+        harness.check_memory("--buffer-size", size * sum(self.widths) * 4, device)  # float32 rows: refused if too many
         self.rows = torch.zeros(size, sum(self.widths), device=device)
         self.staged = torch.zeros(stage, sum(self.widths))
         self.staged_np = self.staged.numpy()  # writing a row there is cheap
@@ -277,7 +278,7 @@ def optimize(optimizer: Adam, loss: torch.Tensor) -> None:
 
 
 def main(args: Args) -> None:
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = harness.run_name(args)  # runs/<env>__<exp>__<seed>__<time>, or the run --resume names
 
     # TRY NOT TO MODIFY: seeding
     random.seed(args.seed)
@@ -404,9 +405,15 @@ def main(args: Args) -> None:
     def update(idx, policy_step):  # [6] the loop's update: its variant's program
         return updates[policy_step](idx)
 
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
+    checkpoint = harness.Checkpoint(args, writer, dict(actor=actor, target_actor=target_actor, qnet_params=qnet_params, qnet_target=qnet_target,
+                                                     q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, rb=rb, env=env))
+
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    for global_step in range(args.total_timesteps):
+    first, obs, episodic_return, losses = checkpoint.resume(0, obs, episodic_return, losses)  # --resume: as saved
+    for global_step in range(first, args.total_timesteps):
+        checkpoint.tick(global_step, obs, episodic_return, losses)  # a checkpoint when one is due, or asked for
         progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         if global_step < args.learning_starts:
@@ -441,6 +448,7 @@ def main(args: Args) -> None:
             if global_step % 100 == 0:
                 harness.log_losses(writer, losses, global_step)  # read back to the host here, at logging steps only
                 progress.log(global_step, episodic_return)
+    checkpoint.close(args.total_timesteps, obs, episodic_return, losses)
     progress.close()
 
     if args.save_model:

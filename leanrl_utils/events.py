@@ -2,6 +2,7 @@
 benchmarks, the report and the tests)."""
 
 import json
+import logging
 import re
 import struct
 from dataclasses import dataclass, field
@@ -24,10 +25,18 @@ class RunLog:
 
 
 def _accumulators(run_dir: Path):
-    for event_file in sorted(Path(run_dir).glob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(event_file), size_guidance=SIZE_GUIDANCE)
+    """The run's folder read as TensorBoard reads it: its event files in order, as one, so that a resumed run's
+    file (which starts with a `purge_step` mark) drops the points the run logged after its checkpoint."""
+    if not any(Path(run_dir).glob("events.out.tfevents.*")):
+        return
+    acc = EventAccumulator(str(run_dir), size_guidance=SIZE_GUIDANCE)
+    quiet = logging.getLogger("tensorboard")  # its warning for each purge says what the mark is there to do
+    level, quiet.level = quiet.level, logging.ERROR
+    try:
         acc.Reload()
-        yield acc
+    finally:
+        quiet.level = level
+    yield acc
 
 
 def read_run(run_dir: str | Path) -> RunLog:

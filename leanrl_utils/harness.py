@@ -9,17 +9,26 @@ argument ranges (`check_args`) and every optimization. What is here is the same 
     device = harness.pick_device(args)                 # threads for a busy machine, CUDA or the CPU, said why
     writer = harness.make_writer(args, run_name)       # TensorBoard (and wandb), closed at exit
     progress = harness.Progress(args, writer, total=..., start_step=..., warmup_steps=...)  # the bar and fps
-    for global_step in range(args.total_timesteps):
+    checkpoint = harness.Checkpoint(args, writer, dict(actor=actor, rb=rb, env=env, ...))  # what the run's state is
+    start, obs, ... = checkpoint.resume(0, obs, ...)   # --resume: the state put back, the loop's values returned
+    for global_step in range(start, args.total_timesteps):
+        checkpoint.tick(global_step, obs, ...)         # a checkpoint every --checkpoint-every steps, and at Ctrl-C
         progress.tick(global_step)                     # the bar, the fps window's bounds
         ...
         harness.log_losses(writer, losses, global_step)  # at a logging step: losses/*, and the NaN stop
+    checkpoint.close(args.total_timesteps, obs, ...)   # the run's last state, which a longer run goes on from
     progress.close()
     ...
     if __name__ == "__main__":
         harness.run(main, Args, check_args)            # flags and their one-line mistakes, then main(args)
 
 A user's mistake stops in one line (`fail`, exit code 2), a run whose losses stop being finite numbers stops in
-one line (exit code 3), and a Ctrl-C (exit code 130) or an error keeps what was logged on disk.
+one line (exit code 3), and a Ctrl-C (exit code 130) or an error keeps what was logged on disk. Every script
+takes two flags of the harness's besides its own `Args` (`RunFlags`): `--checkpoint-every N` and `--resume RUN`.
+A Ctrl-C in the loop writes a checkpoint at the next safe point (the loop's next `checkpoint.tick`) and prints
+the command that goes on from it; a second one stops at once. `--resume` puts the run's whole state back and
+goes on in the run's folder, exactly where it stopped (leanrl_utils/checkpoints.py says how; CONTRIBUTING.md
+says what each family restores).
 
 It sets nothing that changes a run's numbers or its speed, beyond the thread count, which the contract gives
 it: inductor's options, random-number settings and every other choice a reader of a pair should see are made
@@ -30,7 +39,9 @@ run through it changes):
   date" and MuJoCo's `settotalmass` deprecation, said once in one line instead (`quiet_libraries`);
 - logging: tensordict's logger at WARNING (`quiet_libraries`);
 - mujoco: its warning handler, through which MuJoCo's other warnings still print (`quiet_libraries`);
-- signals: SIGINT held while a scalar is written, then raised again (`Writer.add_scalar`);
+- signals: SIGINT held while a scalar is written, then raised again (`Writer.add_scalar`); in the loop, from
+  `Checkpoint` on, a first SIGINT asks for a checkpoint at the next safe point, a second stops at once;
+- random generators: with --resume, Python's, numpy's and torch's put back to the checkpoint's (`Checkpoint`);
 - atexit: the writer closed, and wandb finished with --track (`make_writer`);
 - jax: its platform, the CPU, with --no-cuda (`use_jax_device`, for the JAX twins);
 - environment: XLA_FLAGS, asking XLA for deterministic GPU kernels with --torch-deterministic (`use_jax_device`).
@@ -53,6 +64,8 @@ import tqdm
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+from leanrl_utils import checkpoints
+
 # when the current run's main() began (set by `run`): charts/start's wall time, so that the time to reach a
 # return counts set-up and compilation
 _started: float | None = None
@@ -60,6 +73,37 @@ _started: float | None = None
 # names both
 _args = None
 _step: int | None = None
+# the checkpoint being resumed (set by `run` with --resume, read by run_name, make_writer, Progress, env_seed and
+# Checkpoint.resume, which drops it once the state is put back)
+_resume: dict | None = None
+# the run's Checkpoint, once made (its last step and file are named when a second Ctrl-C stops the run)
+_checkpoint = None
+# the running script's name (set by `run`): a checkpoint names the script that wrote it
+_script: str | None = None
+
+
+@dataclasses.dataclass
+class RunFlags:
+    """The flags every script takes besides its own `Args` (added by `run`): the run's checkpoints."""
+
+    checkpoint_every: int = 100_000
+    """environment steps between two checkpoints of the run's whole state (at the end of the run too), 0 for none (>= 0)"""
+    resume: str | None = None
+    """go on with the run in this folder (runs/<run>) from its checkpoint, as if it had not stopped"""
+
+
+# RunFlags' fields that may differ between a run and its --resume: none changes what the run computes
+FREE_ON_RESUME = {"checkpoint_every", "resume", "total_timesteps", "measure_after", "track", "wandb_project_name",
+                  "wandb_entity", "save_model", "eval_episodes"}
+
+
+def with_run_flags(Args: type) -> type:
+    """`Args` with RunFlags' fields after its own (a subclass: `--help` lists them last)."""
+    if issubclass(Args, RunFlags):
+        return Args
+    cls = dataclasses.dataclass(type(Args.__name__, (RunFlags, Args), {"__module__": __name__,
+                                                                        "__qualname__": f"{Args.__qualname__}+RunFlags"}))
+    return cls
 
 
 def fail(message: str) -> NoReturn:
@@ -84,11 +128,15 @@ def field_docs(Args: type) -> dict[str, str]:
     """Each field of `Args` and its one-line docstring (what --help shows)."""
     import inspect
 
-    try:
-        source = inspect.getsource(Args)
-    except (OSError, TypeError):  # a class without a source file (made at run time): no docstrings to read
-        return {}
-    return dict(re.findall(r'^    (\w+):.*\n    """(.*?)"""', source, flags=re.M))
+    docs = {}
+    for cls in reversed(Args.__mro__):  # a subclass's fields (RunFlags added by `run`) after its bases'
+        try:
+            source = inspect.getsource(cls)
+        except (OSError, TypeError):  # a class without a source file (made at run time): no docstrings to read
+            continue
+        docs.update(re.findall(r'^    (\w+):.*\n    """(.*?)"""', source, flags=re.M))
+    return {name: docs[name] for name in [f.name for f in dataclasses.fields(Args)] if name in docs} \
+        if dataclasses.is_dataclass(Args) else docs
 
 
 def declared_ranges(Args: type) -> dict[str, list[str]]:
@@ -377,23 +425,49 @@ def use_jax_device(args) -> None:
               "jaxlib, or no visible GPU); running on the CPU", file=sys.stderr)
 
 
+def run_name(args) -> str:
+    """The run's folder under runs/: CleanRL's `<env id>__<exp name>__<seed>__<unix time>`, or with --resume the
+    folder of the run resumed."""
+    if _resume is not None:
+        return _resume["run_name"]
+    return f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+
+
 def make_writer(args, run_name: str) -> "Writer":
     """TensorBoard in runs/<run_name>/ (and wandb with --track), closed at exit: what was logged is kept after
     Ctrl-C or an error. The hyperparameters go in as a text table, and `charts/start` as one point whose wall
     time is when main() began: the time to reach a return counts from it, set-up and compilation before the
-    first logged value included."""
+    first logged value included. With --resume the writer goes on in the run's folder and TensorBoard drops what
+    the run logged after its checkpoint (`purge_step`): a curve has no stretch twice; wandb goes on with the
+    run's own id (kept in the folder)."""
+    folder = f"runs/{run_name}"
     if args.track:
         import wandb
 
+        id_file = os.path.join(folder, "wandb_id")
+        if _resume is not None and os.path.exists(id_file):
+            with open(id_file) as f:
+                run_id = f.read().strip()
+        else:
+            import secrets
+
+            run_id = secrets.token_hex(4)  # a new W&B run's id, kept for a --resume (not from `random`: the run's)
+            os.makedirs(folder, exist_ok=True)
+            with open(id_file, "w") as f:
+                f.write(run_id)
         # the run's folder named as the one TensorBoard folder to sync: without a root, wandb waits 10 s at exit
         # for a second one to appear
-        wandb.tensorboard.patch(root_logdir=f"runs/{run_name}")
+        wandb.tensorboard.patch(root_logdir=folder)
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=vars(args), name=run_name, save_code=True)
+                   config=vars(args), name=run_name, save_code=True, id=run_id, resume="allow")
         atexit.register(wandb.finish)
-    writer = Writer(f"runs/{run_name}")
-    writer.add_scalar("charts/start", 0, 0, walltime=_started if _started is not None else time.time())
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    if _resume is not None:
+        writer = Writer(folder, purge_step=_resume["purge_step"])
+        writer.last_step = _resume["purge_step"] - 1  # what the run had logged when its checkpoint was written
+    else:
+        writer = Writer(folder)
+        writer.add_scalar("charts/start", 0, 0, walltime=_started if _started is not None else time.time())
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
     atexit.register(writer.close)  # registered last, runs first: before wandb.finish
     return writer
 
@@ -401,17 +475,184 @@ def make_writer(args, run_name: str) -> "Writer":
 class Writer(SummaryWriter):
     """TensorBoard's writer, where a Ctrl-C that lands while a scalar is written waits for the write, then is
     raised again: a KeyboardInterrupt raised inside the locks of TensorBoard's queue can leave its writer thread
-    asleep, and the run hung at exit (writer.close)."""
+    asleep, and the run hung at exit (writer.close). It keeps the last step it was given (`last_step`): a
+    checkpoint's resume drops what was logged after it."""
 
-    def add_scalar(self, *args, **kwargs):
+    last_step = -1
+
+    def add_scalar(self, tag, scalar_value, global_step=None, *args, **kwargs):
+        if global_step is not None and not tag.startswith("eval/"):  # eval/ counts episodes, after the loop
+            self.last_step = max(self.last_step, int(global_step))
         caught = []
         previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
         try:
-            return super().add_scalar(*args, **kwargs)
+            return super().add_scalar(tag, scalar_value, global_step, *args, **kwargs)
         finally:
             signal.signal(signal.SIGINT, previous)
             if caught:
                 signal.raise_signal(signal.SIGINT)
+
+
+def resume_command(run_name: str) -> str:
+    """The command that goes on with the run in runs/<run_name>: the script with --resume alone (the run's flags
+    come from its checkpoint)."""
+    import shlex
+    import shutil
+
+    found = shutil.which("python")  # `python` where it is this interpreter (the same environment's bin/)
+    python = "python" if found and os.path.dirname(found) == os.path.dirname(sys.executable) else sys.executable
+    if "WORLD_SIZE" in os.environ:
+        launch = ["torchrun", "--standalone", f"--nproc-per-node={os.environ.get('LOCAL_WORLD_SIZE', os.environ['WORLD_SIZE'])}"]
+    else:
+        launch = [python]
+    script = os.path.relpath(sys.argv[0])
+    script = script if not script.startswith("..") else os.path.abspath(sys.argv[0])
+    return shlex.join(launch + [script, "--resume", f"runs/{run_name}"])
+
+
+class Stopped(KeyboardInterrupt):
+    """A Ctrl-C answered at a safe point, after a checkpoint: `run` prints its message and exits 130."""
+
+
+class Checkpoint:
+    """The run's whole state, named by the script, for --checkpoint-every, Ctrl-C and --resume.
+
+    `objects` are what the run changes in place (networks, optimizers, buffers, gymnasium environments, a
+    tensor such as SAC's log_alpha): a checkpoint holds their state (leanrl_utils/checkpoints.py: `encode`)
+    and --resume puts it back into them in place. The values the loop carries from one step to the next (the
+    observation, the latest return and losses, a JAX twin's train state and key) are given to `resume` and
+    `tick`: `resume` returns them restored. The global random generators (Python, numpy, torch's CPU and CUDA
+    ones) are saved too. `envpool=True`: the environments are envpool's, which cannot save their games: they are
+    not part of the state, and a resumed run makes them anew with `env_seed`.
+
+    `tick(step, ...)` is the loop's safe point, at the top of an iteration: every --checkpoint-every steps it
+    writes a checkpoint (atomically: a kill leaves the previous one whole), and after a Ctrl-C it writes one and
+    stops the run, printing the command that goes on. `close` writes the run's last state, from which a longer
+    --total-timesteps goes on."""
+
+    def __init__(self, args, writer, objects: dict, envpool: bool = False):
+        global _checkpoint
+        self.args, self.writer, self.objects, self.envpool = args, writer, objects, envpool
+        self.every = getattr(args, "checkpoint_every", 0)
+        # a multi-process run: rank 0 writes the file (the ranks' weights are the same), with every rank's generators
+        self.rank, self.world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        folder = getattr(writer, "log_dir", None) or f"runs/{run_name(args)}"  # ranks but 0 log nothing
+        self.run_name, self.path = os.path.basename(os.path.normpath(folder)), os.path.join(folder, checkpoints.FILE)
+        self.asked, self.saved_step, self.due, self.previous_handler = False, None, math.inf, None
+        _checkpoint = self
+        # a first Ctrl-C asks for a checkpoint at the next safe point, a second stops at once; a multi-process
+        # run stops at once (its ranks would have to agree on the step): its last periodic checkpoint goes on
+        if self.every and "WORLD_SIZE" not in os.environ and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self.previous_handler = signal.signal(signal.SIGINT, self._ask)
+
+    def _ask(self, signum, frame) -> None:
+        self.asked = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        tqdm.tqdm.write("Ctrl-C: the run stops at its next step, after writing a checkpoint (Ctrl-C again stops at "
+                        "once)", file=sys.stderr)
+
+    def release(self) -> None:
+        """SIGINT's handler as it was before the loop."""
+        if self.previous_handler is not None:
+            signal.signal(signal.SIGINT, self.previous_handler)
+            self.previous_handler = None
+
+    def _plan(self, step: int) -> None:
+        self.due = (step // self.every + 1) * self.every if self.every else math.inf
+
+    def resume(self, step: int, *values):
+        """With --resume: the objects' state put back, the random generators', and the loop's `values` as they
+        were at the checkpoint's step; returns (the checkpoint's step, *values). Without: (step, *values)."""
+        global _resume
+        if _resume is None:
+            self._plan(step)
+            return (step, *values)
+        saved, _resume = _resume, None
+        try:
+            checkpoints.check_names(saved["objects"], self.objects)
+            for name, obj in self.objects.items():
+                checkpoints.decode(obj, saved["objects"][name])
+            if len(saved["values"]) != len(values):
+                raise checkpoints.Mismatch(f"{len(saved['values'])} loop values where this run has {len(values)}")
+            values = [checkpoints.decode(value, state) for value, state in zip(values, saved["values"])]
+            checkpoints.set_rng_state(saved["rng"][self.rank] if isinstance(saved["rng"], list) else saved["rng"])
+        except (checkpoints.Mismatch, KeyError, RuntimeError) as err:
+            fail(f"{self.path}: does not fit this run: {str(err).splitlines()[0]}")
+        step = self.saved_step = saved["step"]
+        self._plan(step)
+        if self.rank == 0:
+            note = (f"; envpool cannot save its games: they start anew, seeded from --seed and step {step}"
+                    if self.envpool else "")
+            tqdm.tqdm.write(f"resumed runs/{self.run_name} at step {step}{note}", file=sys.stderr)
+        return (step, *values)
+
+    def tick(self, step: int, *values) -> None:
+        """The loop's safe point: a checkpoint when one is due, and after a Ctrl-C one, then the run stops."""
+        if step >= self.due or self.asked:
+            self.save(step, values)
+            if self.asked:
+                raise Stopped(f"stopped at step {step}, its whole state saved in {self.path}; go on with:\n"
+                              + resume_command(self.run_name))
+
+    def close(self, step: int, *values) -> None:
+        """The loop is over: the run's last state saved (where it ran at least --checkpoint-every steps)."""
+        if self.every and step >= self.every and self.saved_step != step:
+            self.save(step, values, done=True)
+        self.release()
+
+    def save(self, step: int, values, done: bool = False) -> None:
+        """The whole state at `step` written to the run's checkpoint file, atomically."""
+        rng = checkpoints.rng_state()
+        if self.world > 1:  # every rank's generators, to rank 0 (the ranks tick at the same steps)
+            import torch.distributed as dist
+
+            ranks = [None] * self.world
+            dist.all_gather_object(ranks, rng)
+            rng = ranks
+        self.saved_step = step
+        self._plan(step)
+        if self.rank != 0:
+            return
+        self.writer.flush()  # what was logged up to here is on disk before the checkpoint that follows it
+        state = {"format": checkpoints.FORMAT, "script": _script, "step": step, "done": done,
+                 "purge_step": self.writer.last_step + 1, "envs": "restarted" if self.envpool else "restored",
+                 "args": {k: v for k, v in vars(self.args).items() if k != "resume"}, "world_size": self.world,
+                 "objects": {name: checkpoints.encode(obj) for name, obj in self.objects.items()},
+                 "values": [checkpoints.encode(value) for value in values], "rng": rng}
+        checkpoints.write(self.path, state)
+
+
+def env_seed(args, offset: int = 0) -> int:
+    """The seed of envpool's games (plus `offset`, a rank's): --seed's; with --resume, one drawn from --seed and
+    the checkpoint's step (envpool cannot save its games: they start anew, as other games than at the start)."""
+    if _resume is None:
+        return args.seed + offset
+    import numpy as np
+
+    return int(np.random.SeedSequence([args.seed, _resume["step"], offset]).generate_state(1)[0] >> 1)
+
+
+def check_memory(flag_name: str, nbytes: int, device) -> None:
+    """Refuse, in one line and before any work, a buffer of `nbytes` that the device's memory cannot hold: the
+    bytes it needs and what the machine has (a GPU's free memory, or the host's available memory)."""
+    device = torch.device(device) if not isinstance(device, torch.device) else device
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        where = f"GPU {device.index or 0} has {free / 1e9:.1f} GB free of {total / 1e9:.1f} GB"
+    else:
+        free = total = None
+        try:
+            with open("/proc/meminfo") as f:
+                info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
+            free, total = info.get("MemAvailable", info["MemFree"]), info["MemTotal"]
+        except (OSError, KeyError, ValueError):  # not Linux: the total from sysconf, where it has one
+            if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
+                free = total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        if free is None:
+            return
+        where = f"the machine has {free / 1e9:.1f} GB available of {total / 1e9:.1f} GB"
+    if nbytes > free:
+        fail(f"{flag_name}: the buffer needs {nbytes / 1e9:.1f} GB ({nbytes} bytes) and {where}")
 
 
 def log_losses(writer, losses: dict, step: int) -> None:
@@ -457,6 +698,8 @@ class Progress:
             work = [w for w, on in (("compiling (--compile)", getattr(args, "compile", False)),
                                     ("capturing CUDA graphs", graphs)) if on]
             busy = " and ".join(work) or None
+        if _resume is not None:  # a resumed run warms up again (compiles, captures) from where it goes on
+            start_step = max(start_step, _resume["step"])
         self.writer, self.steps, self.times, self.busy = writer, (start_step, start_step + warmup_steps), {}, busy
         self.bar = tqdm.tqdm(total=total, desc=args.exp_name, unit="step", disable=disable)
 
@@ -497,12 +740,21 @@ class Progress:
 
 
 def run(main: Callable, Args: type, check_args: Callable | None = None, argv: list[str] | None = None) -> None:
-    """What `python leanrl/<script>.py` does: read the command line (`parse_args`), refuse what no script takes
+    """What `python leanrl/<script>.py` does: read the command line (`parse_args`, `Args` with RunFlags' fields),
+    with --resume take the run's flags from its checkpoint (`load_resume`), refuse what no script takes
     (`check_common`) and what this one does not (its `check_args`), all before any work and before any run folder
     is written; then train, `main(args)`, and end a run that diverged, was interrupted or lost another rank in
     one line."""
-    global _started, _args, _step
-    args = parse_args(Args, argv)
+    global _started, _args, _step, _resume, _script, _checkpoint
+    import inspect
+
+    try:
+        _script = os.path.splitext(os.path.basename(inspect.getfile(main)))[0]
+    except TypeError:  # a main() without a source file (a test's): the command's
+        _script = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+    args = parse_args(with_run_flags(Args), argv)
+    if args.resume is not None:
+        args, _resume = load_resume(args, sys.argv[1:] if argv is None else argv)
     check_common(args)
     if check_args is not None:
         check_args(args)
@@ -523,25 +775,99 @@ def run(main: Callable, Args: type, check_args: Callable | None = None, argv: li
                   file=sys.stderr)
             sys.exit(1)
         # a Ctrl-C inside a tensordict `to_module` context leaves it as a RuntimeError: look down the chain
-        while err is not None and not isinstance(err, KeyboardInterrupt):
-            err = err.__context__
-        if err is None:
+        cause = err
+        while cause is not None and not isinstance(cause, KeyboardInterrupt):
+            cause = cause.__context__
+        if cause is None:
+            if not isinstance(err, SystemExit):
+                go_on_from_checkpoint()
             raise
-        close_bars()  # the line below starts a line of its own, and is the last
-        print("interrupted; what was logged is kept in runs/", file=sys.stderr)
+        close_bars()  # the lines below start a line of their own, and are the last
+        if isinstance(cause, Stopped):
+            print(cause, file=sys.stderr)
+        else:
+            print("interrupted; what was logged is kept in runs/", file=sys.stderr)
+            go_on_from_checkpoint()
         sys.exit(130)
     finally:
-        _started, _args, _step = None, None, None
+        if _checkpoint is not None:
+            _checkpoint.release()
+        _started, _args, _step, _resume, _checkpoint = None, None, None, None, None
+
+
+def go_on_from_checkpoint() -> None:
+    """After a run stopped short: the command that goes on from its last checkpoint, if it wrote one."""
+    if _checkpoint is not None and _checkpoint.saved_step is not None:
+        print(f"its checkpoint of step {_checkpoint.saved_step} goes on with:\n{resume_command(_checkpoint.run_name)}",
+              file=sys.stderr)
+
+
+def typed_flags(argv: list[str], args) -> set[str]:
+    """The fields of `args` that the command line `argv` sets (--flag, --flag=value, --no-flag)."""
+    names = {f.name for f in dataclasses.fields(args)}
+    typed = set()
+    for token in argv:
+        if token.startswith("--"):
+            name = token[2:].split("=")[0].replace("-", "_")
+            typed.add(name[3:] if name not in names and name.startswith("no_") else name)
+    return typed & names
+
+
+def load_resume(args, argv: list[str]):
+    """--resume RUN: the run's folder (runs/RUN, or a path to it), its checkpoint read, and the run's flags taken
+    from it, but those the command line gives: these must be the run's own, or among FREE_ON_RESUME (a larger
+    --total-timesteps goes on with a finished run). Each mistake is refused in one line, before any work:
+    no such folder, no checkpoint in it, a file that is none, another script's, flags that differ (all listed)."""
+    given = args.resume
+    folder = os.path.normpath(given if os.path.isdir(given) else os.path.join("runs", given))
+    if not os.path.isdir(folder):
+        fail(f"--resume {given}: no such run folder")
+    if os.path.realpath(os.path.dirname(os.path.abspath(folder))) != os.path.realpath("runs"):
+        fail(f"--resume {given}: the scripts write their runs into runs/ of the current folder; resume from the "
+             f"folder that holds runs/{os.path.basename(folder)}")
+    path = os.path.join(folder, checkpoints.FILE)
+    if not os.path.exists(path):
+        fail(f"--resume {given}: {path} does not exist: the run stopped before its first checkpoint "
+             "(--checkpoint-every), or was not run with checkpoints")
+    try:
+        saved = checkpoints.read(path)
+    except ValueError as err:
+        fail(f"--resume {given}: {path} {err}")
+    if saved["script"] != _script:
+        fail(f"--resume {given}: its checkpoint was written by {saved['script']}.py, not {_script}.py: resume it "
+             f"with that script (a script goes on only from its own checkpoints, number for number)")
+    if saved["world_size"] != int(os.environ.get("WORLD_SIZE", "1")):
+        fail(f"--resume {given}: the run had {saved['world_size']} processes; resume it with as many")
+    typed, computed = typed_flags(argv, args), {n for n, c in declared_ranges(type(args)).items() if c == ["computed"]}
+    differing = []
+    for name, value in saved["args"].items():
+        if not hasattr(args, name) or name in computed or name == "resume":
+            continue
+        if name not in typed:
+            setattr(args, name, value)
+        elif getattr(args, name) != value and name not in FREE_ON_RESUME:
+            differing.append(f"{flag(name)} {getattr(args, name)} (the run's: {value})")
+    if differing:
+        fail(f"--resume {given}: flags that differ from the run's: {', '.join(differing)}; leave them out to go on "
+             "with the run's")
+    if args.total_timesteps <= saved["step"]:
+        fail(f"--resume {given}: the run is at step {saved['step']}"
+             + (" (it ended there)" if saved["done"] else "")
+             + f"; --total-timesteps {args.total_timesteps} must be larger to go on")
+    saved["run_name"] = os.path.basename(folder)
+    return args, saved
 
 
 def check_writable(args) -> None:
     """Refuse, in one line and before any work, a folder the run will write into that cannot be written: runs/
-    (TensorBoard's logs and --save-model's checkpoint), videos/ with --capture-video, wandb/ with --track. Nothing
+    (TensorBoard's logs and --save-model's checkpoint), videos/ with --capture-video, wandb/ with --track, and the
+    run's own folder with --resume (its checkpoints and logs go on there). Nothing
     is made: a file is created and removed in the folder, or where it will be made if it does not exist yet."""
     import tempfile
 
+    resumed = f"runs/{_resume['run_name']}" if _resume is not None else None
     for folder, on in (("runs", True), ("videos", getattr(args, "capture_video", False)),
-                       ("wandb", getattr(args, "track", False))):
+                       ("wandb", getattr(args, "track", False)), (resumed, resumed is not None)):
         if not on:
             continue
         where = os.path.abspath(folder)

@@ -155,8 +155,9 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def interrupt_script(script: str, *args: str, cwd: Path, after_step: int, timeout: float = 300) -> Run:
-    """Start a run, send SIGINT once its progress bar has passed `after_step`, wait for it to exit."""
+def interrupt_script(script: str, *args: str, cwd: Path, after_step: int, timeout: float = 300,
+                     sig: int = signal.SIGINT) -> Run:
+    """Start a run, send SIGINT (or `sig`) once its progress bar has passed `after_step`, wait for it to exit."""
     cwd.mkdir(parents=True, exist_ok=True)
     # a shell without job control starts background jobs with SIGINT ignored, and a Python started so
     # never raises KeyboardInterrupt: the child puts Python's own handler back first, as in a terminal
@@ -166,14 +167,14 @@ def interrupt_script(script: str, *args: str, cwd: Path, after_step: int, timeou
     proc = forkserver.popen([sys.executable, "-c", _WITH_CTRL_C, *cmd[1:]], cwd=cwd, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, imports_of=[_WITH_CTRL_C, cmd[1]])
     try:
-        return _interrupt(proc, cwd, after_step, timeout)
+        return _interrupt(proc, cwd, after_step, timeout, sig)
     finally:
         if proc.poll() is None:  # a failed check leaves no run behind
             proc.kill()
             proc.wait()
 
 
-def _interrupt(proc: subprocess.Popen, cwd: Path, after_step: int, timeout: float) -> Run:
+def _interrupt(proc: subprocess.Popen, cwd: Path, after_step: int, timeout: float, sig: int = signal.SIGINT) -> Run:
     stderr: list[str] = []
     reached = threading.Event()
 
@@ -190,7 +191,7 @@ def _interrupt(proc: subprocess.Popen, cwd: Path, after_step: int, timeout: floa
     while not reached.is_set() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert reached.is_set(), f"the run never reached step {after_step}:\n{''.join(stderr)[-3000:]}"
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     proc.wait(timeout=120)
     reader.join(timeout=30)  # stderr is read to its end by the reader thread alone
     return Run(proc.returncode, proc.stdout.read(), "".join(stderr), cwd)

@@ -7,6 +7,7 @@ each script in test_contract.py and test_mistakes.py."""
 
 import io
 import math
+import re
 import sys
 import time
 import warnings
@@ -378,7 +379,9 @@ def test_run_checks_before_main_and_ends_an_interrupted_run_in_one_line(capsys):
         harness.run(mains.append, Args, lambda args: harness.fail("no"), [])
     assert stop.value.code == 2 and mains == [] and capsys.readouterr().err == "toy.py: error: no\n"
     harness.run(mains.append, Args, None, ["--seed", "3"])
-    assert mains == [Args(seed=3)] and harness._started is None  # the start is the run's alone
+    # the script's Args, with the harness's run flags after its own
+    assert isinstance(mains[0], Args) and vars(mains[0]) == vars(Args(seed=3)) | dict(checkpoint_every=100000, resume=None)
+    assert harness._started is None  # the start is the run's alone
 
     def interrupted(args):
         raise KeyboardInterrupt
@@ -427,18 +430,27 @@ def test_a_lost_rank_ends_the_run_in_one_line(monkeypatch, capsys):
 
 
 def test_ctrl_c_keeps_what_was_logged(tmp_path):
-    """A user's Ctrl-C, in a real process: exit code 130, one line, no stack trace, and the writer closed, so what
-    was logged before is on disk. (One script stands for all: they share the harness that does it.)"""
+    """A user's Ctrl-C, in a real process: exit code 130, no stack trace, the writer closed, so what was logged
+    before is on disk; with checkpoints (the default), a checkpoint written at the next step and the command that
+    goes on from it, on the last line; without (--checkpoint-every 0), one line. (One script stands for all: they
+    share the harness that does it; tests/test_resume.py runs the command that goes on.)"""
     from helpers import SPECS
 
     spec = SPECS["dqn"]
-    run = interrupt_script("dqn", *with_flag(spec.short, "--total-timesteps", "1000000"), cwd=tmp_path,
-                           after_step=spec.interrupt_after)
-    assert run.returncode == 130, run.stderr[-3000:]
-    # the bar closed first: the line is a line of its own, and the last (the bar is not drawn again after it)
-    assert "Traceback" not in run.stderr and run.stderr.endswith("\ninterrupted; what was logged is kept in runs/\n"), \
-        run.stderr[-500:]
-    assert run.values("charts/episodic_return") and any(tag.startswith("losses/") for tag in run.scalars)
+    for every, last in (("100000", "--resume runs/"), ("0", "interrupted; what was logged is kept in runs/")):
+        cwd = tmp_path / every
+        run = interrupt_script("dqn", *with_flag(spec.short, "--total-timesteps", "1000000"), "--checkpoint-every",
+                               every, cwd=cwd, after_step=spec.interrupt_after)
+        assert run.returncode == 130, run.stderr[-3000:]
+        # the bar closed first: the lines are lines of their own, and the last (the bar is not drawn again after them)
+        lines = run.stderr.rstrip("\n").split("\n")  # a bar redrawn is a "\r" inside a line
+        ours = lines[-2:] if every != "0" else lines[-1:]
+        assert "Traceback" not in run.stderr and last in lines[-1] and "\r" not in "".join(ours), run.stderr[-500:]
+        assert run.values("charts/episodic_return") and any(tag.startswith("losses/") for tag in run.scalars)
+        assert (run.run_dir / "checkpoint.pt").exists() == (every != "0")
+        if every != "0":
+            assert lines[-1].endswith(f"dqn.py --resume runs/{run.run_dir.name}"), lines[-1]
+            assert re.match(r"stopped at step \d+, its whole state saved in runs/.+/checkpoint.pt; go on with:$", lines[-2])
 
 
 def test_a_mistake_stops_a_real_process_in_one_line(tmp_path):
