@@ -30,7 +30,8 @@ Runs every selected script pair: the eager script once per seed, the optimized o
 (no flag, --compile, --cudagraphs, both) per seed, and the JAX twin (mode jax), one run at a time,
 then writes the report (report.md and PNG plots) into the output folder. Without CUDA the
 --cudagraphs modes are skipped; without JAX (in the README's install, requirements-all.txt) the JAX
-twins are. A rerun skips the runs already complete; a failed run is reported and the others go on.
+twins are. A rerun skips the runs already complete and goes on with a run stopped short (Ctrl-C, a
+kill) from its checkpoint; a failed run is reported and the others go on.
 
 options:
   --scripts LIST   pairs to run, comma- or space-separated (default: all): ${PAIRS[*]}
@@ -134,15 +135,28 @@ for pair in "${pairs[@]}"; do
         skipped=$((skipped + 1))
         continue
       fi
-      rm -rf "$dir" "$dir.failed" && mkdir -p "$dir"
-      echo "== $script ${flags[*]} --seed $seed"
+      # a run stopped short (Ctrl-C, a kill) goes on from its checkpoint, with its own flags; else it starts over
+      saved=$(ls -d "$dir"/runs/*/checkpoint.pt 2>/dev/null | head -n 1)
+      if [ -n "$saved" ] && [ $redo = 0 ]; then
+        run_args=(--resume "runs/$(basename "$(dirname "$saved")")")
+        echo "== $script: going on with ${run_args[1]} from its checkpoint"
+      else
+        rm -rf "$dir" "$dir.failed" && mkdir -p "$dir" && : > "$log"
+        run_args=(--seed "$seed" "${flags[@]}")
+        echo "== $script ${flags[*]} --seed $seed"
+      fi
       start=$(date +%s)
-      if (cd "$dir" && "$PYTHON" "$OLDPWD/leanrl/$script.py" --seed "$seed" "${flags[@]}") > "$log" 2>&1; then
-        touch "$dir/done"
+      (cd "$dir" && "$PYTHON" "$OLDPWD/leanrl/$script.py" "${run_args[@]}") >> "$log" 2>&1
+      code=$?
+      if [ $code = 0 ]; then
+        touch "$dir/done" && rm -f "$dir.failed"
         done_runs=$((done_runs + 1))
         echo "   done in $(( $(date +%s) - start )) s"
+      elif [ -n "$saved" ] && [ $code = 2 ] && tail -n 1 "$log" | grep -q "(it ended there)"; then
+        touch "$dir/done" && rm -f "$dir.failed"  # stopped after its last checkpoint: it had ended
+        done_runs=$((done_runs + 1))
+        echo "   done (it had ended before it stopped)"
       else
-        code=$?
         printf '%s (mode %s, seed %s) failed with exit code %s; log: %s\n' "$script" "$mode" "$seed" "$code" \
           "$log" > "$dir.failed"
         failed=$((failed + 1))

@@ -136,6 +136,7 @@ class ReplayBuffer:
         # the batches are drawn from a generator of their own: exploring does not shift them
         self.generator = torch.Generator().manual_seed(seed)
         dims = dict(observations=obs_dim, next_observations=obs_dim, actions=1, rewards=1, dones=1)
+        harness.check_memory("--buffer-size", size * (2 * obs_dim + 4) * 4, "cpu")  # refused if it cannot fit
         self.data = {key: torch.zeros(size, dim, dtype=torch.long if key == "actions" else torch.float32)
                      for key, dim in dims.items()}
         self.size, self.pos, self.full, self.device = size, 0, False, device
@@ -201,7 +202,8 @@ def main(args: Args) -> None:
         return out
 
     # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
-    checkpoint = harness.Checkpoint(args, writer, dict(q_network=q_network, optimizer=optimizer, target_network=target_network, rb=rb, env=env))
+    checkpoint = harness.Checkpoint(args, writer, dict(
+        q_network=q_network, optimizer=optimizer, target_network=target_network, rb=rb, env=env))
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)

@@ -240,6 +240,7 @@ class ReplayBuffer(NamedTuple):
     @classmethod
     def create(cls, size: int, frame_shape: tuple) -> "ReplayBuffer":
         zeros = lambda dtype: jnp.zeros(size, dtype)  # noqa: E731
+        harness.check_memory("--buffer-size", size * (int(np.prod(frame_shape)) + 14), "jax")  # refused if it cannot fit
         return cls(jnp.zeros((size, *frame_shape), jnp.uint8), zeros(jnp.int8), zeros(jnp.int32), zeros(jnp.float32),
                    zeros(jnp.float32), zeros(jnp.bool_), jnp.int32(0), jnp.int32(0), jnp.bool_(False))
 
@@ -406,7 +407,6 @@ def main(args: Args) -> None:
     # staged since the buffer's last write: they belong to the games a resume does not go on with)
     checkpoint = harness.Checkpoint(args, writer, dict(action_space=envs.single_action_space), envpool=True)
     first, state, rb, episodic_return = checkpoint.resume(0, state, rb, episodic_return)  # --resume: as saved
-
     # TRY NOT TO MODIFY: start the game (after --resume, new games: their first observation is written the same way)
     obs, _ = envs.reset()
     rb = start(rb, obs[0, -1], True)  # the first observation of the run

@@ -207,6 +207,7 @@ class ReplayBuffer:
 
     def __init__(self, size: int, frame_shape: tuple, device: torch.device, seed: int):
         # [1] the frames on the training device: a batch's stacks are a gather there; the bookkeeping stays here
+        harness.check_memory("--buffer-size", size * int(np.prod(frame_shape)), device)  # refused if it cannot fit
         self.frames = torch.zeros((size, *frame_shape), dtype=torch.uint8, device=device)
         self.back = torch.zeros(size, dtype=torch.long)  # earlier frames of the same game in the stack, up to 3
         self.actions, self.rewards = torch.zeros(size, dtype=torch.long), torch.zeros(size)
@@ -332,10 +333,10 @@ def main(args: Args) -> None:
         policy = CudaGraphModule(policy, warmup=warmup)
 
     # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
-    checkpoint = harness.Checkpoint(args, writer, dict(q_network=q_network, optimizer=optimizer, target_network=target_network, rb=rb,
-                                                     action_space=envs.single_action_space), envpool=True)
+    checkpoint = harness.Checkpoint(args, writer, dict(
+        q_network=q_network, optimizer=optimizer, target_network=target_network, rb=rb,
+        action_space=envs.single_action_space), envpool=True)
     first, episodic_return = checkpoint.resume(0, episodic_return)  # --resume: as saved
-
     # TRY NOT TO MODIFY: start the game (after --resume, new games: their first observation is written the same way)
     obs, info = envs.reset()
     rb.write_obs(obs[0], game_start=True)  # the run's first observation (one env)

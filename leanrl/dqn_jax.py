@@ -195,6 +195,7 @@ class ReplayBuffer(NamedTuple):
     @classmethod
     def create(cls, size: int, obs_dim: int) -> "ReplayBuffer":
         zeros = lambda *shape: jnp.zeros((size, *shape))  # noqa: E731
+        harness.check_memory("--buffer-size", size * (2 * obs_dim + 3) * 4, "jax")  # refused if it cannot fit
         return cls(zeros(obs_dim), zeros(obs_dim), jnp.zeros(size, jnp.int32), zeros(), zeros(),
                    jnp.int32(0), jnp.int32(0))
 

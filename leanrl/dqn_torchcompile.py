@@ -184,6 +184,7 @@ class ReplayBuffer:
         # the batches are drawn from a generator of their own: exploring does not shift them
         self.generator = torch.Generator().manual_seed(seed)
         self.obs_dim, self.size, self.pos, self.full, self.n_staged, self.device = obs_dim, size, 0, False, 0, device
+        harness.check_memory("--buffer-size", size * (2 * obs_dim + 3) * 4, device)  # refused if it cannot fit
         self.rows = torch.zeros(size, 2 * obs_dim + 3, device=device)
         self.staged = torch.zeros(stage, 2 * obs_dim + 3)
         self.staged_np = self.staged.numpy()  # writing a row there is cheap
@@ -296,7 +297,8 @@ def main(args: Args) -> None:
         policy = CudaGraphModule(policy, warmup=warmup)
 
     # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
-    checkpoint = harness.Checkpoint(args, writer, dict(q_network=q_network, optimizer=optimizer, target_network=target_network, rb=rb, env=env))
+    checkpoint = harness.Checkpoint(args, writer, dict(
+        q_network=q_network, optimizer=optimizer, target_network=target_network, rb=rb, env=env))
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)

@@ -488,7 +488,7 @@ def main(args: Args) -> None:
     # --resume: the run as saved, at the start of an iteration (checkpoints fall there only)
     global_step, first, state, key, episodic_return = checkpoint.resume(global_step, 1, state, key, episodic_return)
     for iteration in range(first, args.num_iterations + 1):
-        checkpoint.tick(global_step, iteration, state, key, episodic_return)  # a checkpoint when one is due, or asked for
+        checkpoint.tick(global_step, iteration, state, key, episodic_return)
         progress.tick(global_step)
         # Annealing the rate if instructed to do so.
         lrnow = args.learning_rate

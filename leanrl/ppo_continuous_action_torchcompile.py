@@ -446,9 +446,10 @@ def main(args: Args) -> None:
     next_done = np.zeros(args.num_envs, dtype=np.float32)
 
     # --resume: the run as saved, at the start of an iteration (checkpoints fall there only)
-    global_step, first, next_obs, next_done, episodic_return = checkpoint.resume(global_step, 1, next_obs, next_done, episodic_return)
+    global_step, first, next_obs, next_done, episodic_return = checkpoint.resume(
+        global_step, 1, next_obs, next_done, episodic_return)
     for iteration in range(first, args.num_iterations + 1):
-        checkpoint.tick(global_step, iteration, next_obs, next_done, episodic_return)  # a checkpoint when one is due, or asked for
+        checkpoint.tick(global_step, iteration, next_obs, next_done, episodic_return)
         progress.tick(global_step)
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:

@@ -289,11 +289,10 @@ def main(args: Args) -> None:
     episodic_return, losses = float("nan"), {}
 
     # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
-    state = dict(actor=actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target, q_optimizer=q_optimizer,
-                 actor_optimizer=actor_optimizer, rb=rb, env=env)
-    if args.autotune:
-        state |= dict(log_alpha=log_alpha, a_optimizer=a_optimizer)
-    checkpoint = harness.Checkpoint(args, writer, state)
+    checkpoint = harness.Checkpoint(args, writer, dict(
+        actor=actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target, q_optimizer=q_optimizer,
+        actor_optimizer=actor_optimizer, rb=rb, env=env,
+        **(dict(log_alpha=log_alpha, a_optimizer=a_optimizer) if args.autotune else {})))
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)

@@ -441,11 +441,10 @@ def main(args: Args) -> None:
         return updates[policy_step, target_step](idx)
 
     # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
-    state = dict(actor=actor, qnet_params=qnet_params, qnet_target=qnet_target, q_optimizer=q_optimizer,
-                 actor_optimizer=actor_optimizer, rb=rb, env=env)
-    if args.autotune:
-        state |= dict(log_alpha=log_alpha, a_optimizer=a_optimizer)
-    checkpoint = harness.Checkpoint(args, writer, state)
+    checkpoint = harness.Checkpoint(args, writer, dict(
+        actor=actor, qnet_params=qnet_params, qnet_target=qnet_target, q_optimizer=q_optimizer,
+        actor_optimizer=actor_optimizer, rb=rb, env=env,
+        **(dict(log_alpha=log_alpha, a_optimizer=a_optimizer) if args.autotune else {})))
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)

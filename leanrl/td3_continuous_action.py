@@ -250,9 +250,9 @@ def main(args: Args) -> None:
     episodic_return, losses = float("nan"), {}
 
     # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
-    checkpoint = harness.Checkpoint(args, writer, dict(actor=actor, target_actor=target_actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target,
-                                                     qf2_target=qf2_target, q_optimizer=q_optimizer,
-                                                     actor_optimizer=actor_optimizer, rb=rb, env=env))
+    checkpoint = harness.Checkpoint(args, writer, dict(
+        actor=actor, target_actor=target_actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target,
+        q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, rb=rb, env=env))
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)

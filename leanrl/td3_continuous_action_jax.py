@@ -185,6 +185,7 @@ class ReplayBuffer(NamedTuple):
 
 def buffer_init(size: int, obs_dim: int, act_dim: int) -> ReplayBuffer:
     dims = (obs_dim, obs_dim, act_dim, 1, 1)
+    harness.check_memory("--buffer-size", size * sum(dims) * 4, "jax")  # float32 rows: refused if they cannot fit
     return ReplayBuffer(*(jnp.zeros((size, dim)) for dim in dims), pos=jnp.int32(0), size=jnp.int32(0))
 
 
@@ -333,9 +334,9 @@ def main(args: Args) -> None:
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)
-    first, state, rb, key, obs, episodic_return, info = checkpoint.resume(0, state, rb, key, obs, episodic_return, info)  # --resume: as saved
+    first, state, rb, key, obs, episodic_return, info = checkpoint.resume(0, state, rb, key, obs, episodic_return, info)
     for global_step in range(first, args.total_timesteps):
-        checkpoint.tick(global_step, state, rb, key, obs, episodic_return, info)  # a checkpoint when one is due, or asked for
+        checkpoint.tick(global_step, state, rb, key, obs, episodic_return, info)
         progress.tick(global_step)  # the bar; the fps window opens and closes at its bounds
         # ALGO LOGIC: put action logic here
         if global_step < args.learning_starts:

@@ -406,8 +406,9 @@ def main(args: Args) -> None:
         return updates[policy_step](idx)
 
     # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
-    checkpoint = harness.Checkpoint(args, writer, dict(actor=actor, target_actor=target_actor, qnet_params=qnet_params, qnet_target=qnet_target,
-                                                     q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, rb=rb, env=env))
+    checkpoint = harness.Checkpoint(args, writer, dict(
+        actor=actor, target_actor=target_actor, qnet_params=qnet_params, qnet_target=qnet_target,
+        q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, rb=rb, env=env))
 
     # TRY NOT TO MODIFY: start the game
     obs, _ = env.reset(seed=args.seed)

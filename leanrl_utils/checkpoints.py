@@ -242,6 +242,23 @@ def _check(ok: bool, saved: str, live) -> None:
         raise Mismatch(f"the checkpoint holds {saved} where this run has {live}")
 
 
+def same(a, b) -> bool:
+    """Whether two encoded states are equal: the same structure, tensors equal element for element (NaN equal to
+    NaN), numbers and strings equal."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        return torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.isnan(), b.isnan())
+                                     and torch.equal(a.nan_to_num(), b.nan_to_num()))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:  # NaN
+        return True
+    return type(a) is type(b) and a == b
+
+
 # --- environments
 
 

@@ -635,6 +635,17 @@ def env_seed(args, offset: int = 0) -> int:
 def check_memory(flag_name: str, nbytes: int, device) -> None:
     """Refuse, in one line and before any work, a buffer of `nbytes` that the device's memory cannot hold: the
     bytes it needs and what the machine has (a GPU's free memory, or the host's available memory)."""
+    if device == "jax":  # a JAX twin's device: a GPU's memory, or the host's
+        import jax
+
+        stats = jax.devices()[0].memory_stats() if jax.devices()[0].platform != "cpu" else None
+        if stats and "bytes_limit" in stats:
+            free, total = stats["bytes_limit"] - stats.get("bytes_in_use", 0), stats["bytes_limit"]
+            if nbytes > free:
+                fail(f"{flag_name}: the buffer needs {nbytes / 1e9:.1f} GB ({nbytes} bytes) and the GPU has "
+                     f"{free / 1e9:.1f} GB free of {total / 1e9:.1f} GB (JAX's share)")
+            return
+        device = "cpu"
     device = torch.device(device) if not isinstance(device, torch.device) else device
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)

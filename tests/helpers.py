@@ -231,6 +231,91 @@ def ctrl_c_inside(function: str, script: str, *args: str, cwd: Path, timeout: fl
     return Run(proc.returncode, proc.stdout, proc.stderr, cwd)
 
 
+# Runs a script as __main__ and, once its loop is at step `at` or past it (harness.Progress.tick, called at the top of
+# each iteration right after the checkpoint's safe point), kills it with SIGKILL ("kill"), presses Ctrl-C ("ctrl-c",
+# twice with "ctrl-c-twice"), or, when its `write`-th checkpoint is half written, kills it ("kill-in-write"): a stop
+# at a chosen step instead of wherever a signal happens to land. With "check", nothing stops: once --resume has put
+# the run's state back, every object and loop value is encoded again and compared with the checkpoint's, and a line
+# says whether all are equal.
+_AT_STEP = """
+import io, os, runpy, signal, sys
+import torch
+from leanrl_utils import checkpoints, harness
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (see interrupt_script)
+action, at = sys.argv[1], int(sys.argv[2])
+sys.argv = sys.argv[3:]
+tick, done, writes = harness.Progress.tick, [], []
+
+
+def tick_and_stop(self, step):
+    tick(self, step)
+    if step >= at and not done:
+        done.append(step)
+        if action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if action.startswith("ctrl-c"):
+            signal.raise_signal(signal.SIGINT)
+        if action == "ctrl-c-twice":
+            signal.raise_signal(signal.SIGINT)
+
+
+save = torch.save
+
+
+def save_half_then_die(obj, f, *args, **kwargs):  # torch.save, as checkpoints.write calls it: the at-th dies
+    writes.append(f)
+    if len(writes) < at:
+        return save(obj, f, *args, **kwargs)
+    data = io.BytesIO()
+    save(obj, data, *args, **kwargs)
+    f.write(data.getvalue()[: len(data.getvalue()) // 2])
+    f.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+resume = harness.Checkpoint.resume
+
+
+def resume_and_compare(self, step, *values):
+    saved = harness._resume
+    out = resume(self, step, *values)
+    if saved is not None:
+        now = {name: checkpoints.encode(obj) for name, obj in self.objects.items()}
+        same = checkpoints.same(now, saved["objects"]) and checkpoints.same(
+            [checkpoints.encode(v) for v in out[1:]], saved["values"])
+        print(f"restored state equals the checkpoint's: {same}", file=sys.stderr, flush=True)
+    return out
+
+
+if action == "kill-in-write":
+    torch.save = save_half_then_die
+elif action == "check":
+    harness.Checkpoint.resume = resume_and_compare
+else:
+    harness.Progress.tick = tick_and_stop
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def stop_at_step(action: str, script: str, *args: str, cwd: Path, at: int, timeout: float = 600) -> Run:
+    """Run a script and stop it at step `at` (see _AT_STEP: "kill", "ctrl-c", "ctrl-c-twice", "kill-in-write", where
+    `at` counts checkpoints, or "check")."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    script_path = str(SCRIPT_DIR / f"{script}.py")
+    cmd = [sys.executable, "-c", _AT_STEP, action, str(at), *script_cmd(script, *args)[1:]]
+    proc = forkserver.run(cmd, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout,
+                          imports_of=[_AT_STEP, script_path])
+    return Run(proc.returncode, proc.stdout, proc.stderr, cwd)
+
+
+def resumed_step(run: Run) -> int:
+    """The step a resumed run went on from (its "resumed runs/... at step N" line)."""
+    found = re.findall(r"resumed runs/\S+ at step (\d+)", run.stderr)
+    assert len(found) == 1, run.stderr[-3000:]
+    return int(found[0])
+
+
 # What every pair's flag-combination test runs: the eager script, then the optimized one in each mode
 MODES = [(), ("--compile",), ("--cudagraphs",), ("--compile", "--cudagraphs")]
 CUDAGRAPHS_WARNING = "--cudagraphs needs a CUDA device"

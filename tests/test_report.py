@@ -187,6 +187,43 @@ def test_run_sh_quick_end_to_end(tmp_path):
 
 
 @pytest.mark.slow  # an end-to-end command: the full suite's
+def test_run_sh_goes_on_with_a_run_stopped_short(tmp_path):
+    """Ctrl-C on run.sh (SIGINT to its process group, as a terminal sends it) while its first run, DQN's eager
+    script, is past step 3000: the run writes a checkpoint and stops, and run.sh with it (exit code 130). run.sh
+    run again goes on with that run from its checkpoint instead of starting it over, and the run ends with the
+    logs of a run never stopped."""
+    import re
+    import time
+
+    from helpers import Run, assert_identical_logs, resumed_step, run_script
+
+    out = tmp_path / "results"
+    args = ("--quick", "--scripts", "dqn", "--seeds", "1", "--steps", "20000", "--out", str(out))
+    proc = subprocess.Popen(["bash", "run.sh", *args], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    log, deadline = out / "logs" / "dqn__eager__seed1.log", time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            steps = [int(m) for m in re.findall(r"(\d+)/20000 \[", log.read_text()[-2000:] if log.exists() else "")]
+            if steps and max(steps) >= 3000:
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+            time.sleep(0.1)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "stopped at step" in log.read_text(), stdout + stderr + log.read_text()[-2000:]
+    again = run_sh(*args)
+    assert again.returncode == 0 and "dqn: going on with runs/" in again.stdout, again.stdout + again.stderr
+    folder = out / "runs" / "dqn" / "eager" / "seed1"
+    assert 3000 <= resumed_step(Run(0, "", log.read_text(), folder)) < 20000
+    unbroken = run_script("dqn", "--seed", "1", "--learning-starts", "1000", "--total-timesteps", "20000",
+                          cwd=tmp_path / "unbroken").check()
+    assert_identical_logs(unbroken, Run(0, "", "", folder))
+
+
+@pytest.mark.slow  # an end-to-end command: the full suite's
 def test_run_sh_reports_failed_runs_and_goes_on(tmp_path):
     out = tmp_path / "results"
     # fewer steps than one PPO batch: every run stops with a usage error
