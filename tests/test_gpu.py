@@ -9,7 +9,10 @@ each optimized script runs in each mode (no flag, --compile, --cudagraphs, both)
 - that comparison catches CUDA graphs that replay stale inputs: in both graph modes of every optimized
   script, a run with the input copies of tensordict's CudaGraphModule switched off logs at the same steps
   as the eager twin, and some value leaves the tolerance;
-- SAC and continuous PPO learn their CI tasks with --compile --cudagraphs.
+- SAC and continuous PPO learn their CI tasks with --compile --cudagraphs;
+- a --compile --cudagraphs run killed between two checkpoints and resumed logs, over the updates that follow its
+  checkpoint, what the unbroken run logs within the tolerance of the comparison with the eager twin (GPU kernels
+  need not repeat their roundings from one process to the next; on the CPU the resume is exact).
 
 Every run goes through a small launcher (`LAUNCH`) that counts CUDA-graph captures and replays. The runs
 that compare numbers ("fallback") also turn inductor's `fallback_random` on (the scripts leave inductor's
@@ -72,6 +75,18 @@ def counted_replay(self, *args, **kwargs):
 
 
 torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.replay = counted_capture_begin, counted_replay
+if mode.startswith("kill-at-"):  # a SIGKILL once the loop is at that step (after the step's checkpoint, if due)
+    import os, signal
+    from leanrl_utils import harness
+
+    at, tick = int(mode.removeprefix("kill-at-")), harness.Progress.tick
+
+    def tick_or_kill(self, step):
+        tick(self, step)
+        if step >= at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    harness.Progress.tick = tick_or_kill
 atexit.register(lambda: open("graphs.json", "w").write(json.dumps(list(replays.values()))))
 sys.argv = sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")
@@ -149,3 +164,21 @@ def test_learns_on_cuda_with_compile_and_cudagraphs(script, tmp_path):
     assert replays(result) and min(replays(result)) >= 2
     last = result.values("charts/episodic_return")[-5:]
     assert sum(last) / len(last) > threshold, f"last episodes: {last}"
+
+
+# pair: (--checkpoint-every, the step the run is killed at, the step it goes on from, the last step compared)
+RESUME = {"sac": (333, 450, 333, 450), "td3": (333, 450, 333, 450), "ppo_continuous": (500, 600, 512, 1280),
+          "dqn": (333, 1100, 999, 1500)}
+
+
+@pytest.mark.parametrize("pair", RESUME)
+def test_a_killed_run_goes_on_within_the_tolerance(pair, gpu_runs, tmp_path):
+    _, fast, args, tags, _, _ = RUNS[pair]
+    every, kill_at, expected, upto = RESUME[pair]
+    mode = ("--compile", "--cudagraphs")
+    unbroken = gpu_runs["user"](fast, *args, *mode).check()
+    killed = launch(f"kill-at-{kill_at}", fast, *args, *mode, "--checkpoint-every", str(every), cwd=tmp_path)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    resumed = launch("user", fast, "--resume", f"runs/{killed.run_dir.name}", cwd=tmp_path).check()
+    assert f"at step {expected}" in resumed.stderr and replays(resumed) and min(replays(resumed)) >= 2
+    assert_close_logs(Run(0, "", "", tmp_path), unbroken, tags, upto_step=upto, **TOL)

@@ -389,3 +389,19 @@ def test_a_killed_nccl_rank_ends_the_other_within_the_timeout(mode, tmp_path):
            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
     code, err, waited = kill_rank_1(FAST, mode, tmp_path, env=env)
     assert code != 0 and waited < 20 + 4 + 10, (code, waited, err[-2000:])
+
+
+@pytest.mark.slow
+def test_two_ranks_go_on_from_their_checkpoint(tmp_path):
+    """Two ranks with a checkpoint at each iteration: --resume on two ranks with a larger budget goes on from the run's
+    last state (rank 0 wrote it, with every rank's random generators), logs each step once from there, and the ranks'
+    weights stay identical; on one rank, the same --resume is refused in one line."""
+    first = torchrun(EAGER, *SHORT, "--checkpoint-every", "128", cwd=tmp_path, probe=False).check()
+    name = first.run_dir.name
+    one = torchrun(EAGER, "--resume", f"runs/{name}", "--total-timesteps", "768", cwd=tmp_path, nproc=1, probe=False)
+    assert one.returncode != 0 and "the run had 2 processes; resume it with as many" in one.stderr, one.stderr[-2000:]
+    resumed = torchrun(EAGER, "--resume", f"runs/{name}", "--total-timesteps", "768", cwd=tmp_path).check()
+    assert "at step 384; envpool cannot save its games" in resumed.stderr
+    steps = [s for s, _ in resumed.scalars["losses/value_loss"]]
+    assert steps == [128, 256, 384, 512, 640, 768]
+    assert lines(resumed, "iterations", 0) == lines(resumed, "iterations", 1)  # the ranks' weights, each iteration
