@@ -111,10 +111,12 @@ def one_line(err: BaseException, limit: int = 240) -> str:
 
 def command_line() -> str:
     """The command that is running, as it would be typed from the repository root: a module of the repository
-    (a benchmark) as `python -m benchmarks.X`."""
+    (a benchmark) as `python -m benchmarks.X.part`, a study's package run by its __main__.py as `python -m benchmarks.X`."""
     script = Path(sys.argv[0]).resolve()
     if script.is_relative_to(REPO) and script.suffix == ".py":
-        return "python " + shlex.join(["-m", ".".join(script.relative_to(REPO).with_suffix("").parts), *sys.argv[1:]])
+        module = script.relative_to(REPO).with_suffix("").parts
+        module = module[:-1] if module[-1] == "__main__" else module
+        return "python " + shlex.join(["-m", ".".join(module), *sys.argv[1:]])
     return "python " + shlex.join(sys.argv)
 
 

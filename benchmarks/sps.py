@@ -10,7 +10,7 @@ the first configuration by the tie rule of docs/ (faster or slower when the min-
 overlap, a tie when they do), median warm-up. With --out, the table and every run's figures are
 also written there (results.md, results.json); --rerender FOLDER rewrites a folder's results.md
 from its results.json (its recorded command and machine kept); --summary FOLDER writes the families'
-table of docs/speed.md (FOLDER/summary.md) from a sitting of benchmarks/speed.sh.
+table of docs/speed.md (FOLDER/summary.md) from a sitting of benchmarks/speed/speed.sh.
 
     python -m benchmarks.sps --rounds 3 --steps 7000 --args="--learning-starts 5000" \
         sac_continuous_action sac_continuous_action_torchcompile \
@@ -77,7 +77,7 @@ def run_once(config: str, common: list[str], steps: int, env_id: str | None, wor
              timeout: float | None = None, folder: Path = REPO / "leanrl") -> dict:
     """One run of a configuration: its fps (the last `charts/SPS`), warm-up and wall-clock time. `env` replaces
     this process's environment as the run's base; past `timeout` seconds, subprocess.TimeoutExpired. The script is
-    in `folder` (another commit's leanrl/, for benchmarks/gpu.py's before part)."""
+    in `folder` (another commit's leanrl/, for benchmarks/gpu/gpu.py's before part)."""
     # leading NAME=value words set the run's environment (a library's switch, e.g. inductor's settings), or one of
     # the script's declared constants (a flag-free choice of the script, e.g. COMPILED_ACTING)
     settings, constants, script, flags = split_config(config)
@@ -153,7 +153,7 @@ FAMILIES = {"sac": "SAC", "td3": "TD3", "ppo_continuous": "PPO continuous", "ppo
 
 def summary(folder: Path) -> str:
     """The speed table of docs/speed.md from a sitting's folders (FOLDER/<family>/results.json, each run by
-    benchmarks/speed.sh with the configurations eager, optimized with no flag, --compile, JAX, in that order):
+    benchmarks/speed/speed.sh with the configurations eager, optimized with no flag, --compile, JAX, in that order):
     per family the median fps, each mode's median ratio to eager and its tie-rule verdict against eager, the
     warm-ups, and --compile against the JAX twin (the median of the rounds' ratios, and the verdict)."""
     lines = ["| family | eager fps | no flag fps (x eager) | `--compile` fps (x eager) | `--compile` warm-up (s) | "

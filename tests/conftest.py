@@ -60,7 +60,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    """LEANRL_TEST_TIMEOUT=SECONDS (the GPU sitting sets it, benchmarks/gpu.py): a test whose call runs longer fails
+    """LEANRL_TEST_TIMEOUT=SECONDS (the GPU sitting sets it, benchmarks/gpu/gpu.py): a test whose call runs longer fails
     with that said, and the session goes on to the next test. SIGALRM raises pytest's failure in the test's main
     thread, where subprocess.run, interrupted, kills the run it waits for. (pytest-timeout does this too, but CI
     has not got it, and the sitting is rehearsed there.)"""

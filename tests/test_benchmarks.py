@@ -9,8 +9,8 @@ import sys
 import pytest
 from helpers import ENV, REPO
 
-from benchmarks import optimizations_parts as parts
-from benchmarks.compile_scope import DDP_VARIANTS
+from benchmarks.optimizations import parts
+from benchmarks.compile_scope.compile_scope import DDP_VARIANTS
 
 
 def bench(*args, timeout=600):
@@ -66,7 +66,7 @@ def test_speed_summary_is_computed_from_the_rounds(tmp_path):
 
 
 def test_envpool_async_benchmark(tmp_path):
-    out = bench("-m", "benchmarks.optimizations_envpool_async", "--steps", "32", "--rounds", "2", "--num-envs", "2", "--out", str(tmp_path))
+    out = bench("-m", "benchmarks.optimizations.envpool_async", "--steps", "32", "--rounds", "2", "--num-envs", "2", "--out", str(tmp_path))
     rows = table_rows(out)
     assert [r[0] for r in rows[1:]] == ["sync (step all, then act)", "async (two halves)"]
     fps = json.loads((tmp_path / "results.json").read_text())["fps"]
@@ -79,7 +79,7 @@ def test_envpool_async_benchmark(tmp_path):
 def test_same_run_benchmark(tmp_path):
     """The halves against one pool, and the twin without and with --async-envs, tiny: every step and every logged value
     counted, the runs' tags all there."""
-    bench("-m", "benchmarks.optimizations_same_run", "--num-envs", "2", "--steps", "100", "--run-steps", "128",
+    bench("-m", "benchmarks.optimizations.same_run", "--num-envs", "2", "--steps", "100", "--run-steps", "128",
           "--num-steps", "32", "--out", str(tmp_path))
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["envs"] == {"steps": 100, "agreed": 100}  # at 20 steps two alike-seeded games may not part yet
@@ -148,7 +148,7 @@ def test_compile_scope_benchmark(tmp_path):
 def test_parts_benchmark(tmp_path):
     """Every piece's variants are timed, and each row of the table is what its raw times in results.json
     say: the median per call, the min-max, the median over the first variant's median."""
-    out = bench("-m", "benchmarks.optimizations_parts", "--rounds", "2", "--round-time", "0.01", "--frames", "4", "--out", str(tmp_path))
+    out = bench("-m", "benchmarks.optimizations.parts", "--rounds", "2", "--round-time", "0.01", "--frames", "4", "--out", str(tmp_path))
     raw = json.loads((tmp_path / "results.json").read_text())["seconds per call"]
     names = [list(v) for v in raw.values()]  # the default thread count is the test process's (ENV may set it)
     assert names[0] == ["eager", "compiled"] and names[2] == ["contiguous (NCHW)", "channels-last (the script)"]
@@ -220,25 +220,42 @@ def test_sps_sets_a_constant_the_script_declares_not_the_environment():
 
 
 def test_one_name_per_study():
-    """A study X is benchmarks/X.py (or X.sh, or X_<part>.py for a study in parts), its outputs in docs/X/ and
-    its page docs/X.md: every page has its folder and every folder its page (but quoted.md, which measures
-    nothing, rules.md, which gathers the studies' rules, and learning, which run.sh writes), and every benchmark
-    belongs to a page (but the shared ones)."""
+    """A study X is the package benchmarks/X/ (its modules and shell scripts), its outputs in docs/X/ and its page
+    docs/X.md: every page has its folder of outputs and its package, and every folder of outputs and every package its
+    page (but quoted.md, which measures nothing, and rules.md, which gathers the studies' rules); benchmarks/ holds
+    nothing else but the modules the studies share."""
     docs = REPO / "docs"
     pages = {p.stem for p in docs.glob("*.md")}
     folders = {p.name for p in docs.iterdir() if p.is_dir()}
     assert folders - pages == set(), "an output folder with no page of its name"
     assert pages - folders == {"quoted", "rules"}, "a page with no output folder of its name"
-    shared = {"__init__", "common", "sps"}
-    studies = {p.stem for p in (REPO / "benchmarks").glob("*.py")} | {p.stem for p in (REPO / "benchmarks").glob("*.sh")}
-    orphans = {s for s in studies - shared if s not in pages and not any(s.startswith(f"{p}_") for p in pages)}
-    assert orphans == set(), "a benchmark whose name is no page's"
-    assert all(any(s == p or s.startswith(f"{p}_") for s in studies) for p in pages - {"quoted", "rules", "learning"})
+    bench = REPO / "benchmarks"
+    studies = {p.name for p in bench.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert studies - pages == set(), "a study's package with no page of its name"
+    assert pages - studies == {"quoted", "rules"}, "a page with no study's package of its name"
+    assert {p.name for p in bench.iterdir() if p.is_file()} == {"__init__.py", "common.py", "sps.py"}, \
+        "a file in benchmarks/ that is neither a study's (in its package) nor shared"
+    for study in studies:
+        assert (bench / study / "__init__.py").is_file(), f"benchmarks/{study}/ is no package"
+        kept = [p.name for p in (bench / study).iterdir() if p.name != "__pycache__"]
+        assert all(name.endswith((".py", ".sh")) for name in kept), f"benchmarks/{study}/: {sorted(kept)}"
+
+
+def test_a_results_file_records_the_command_as_typed(monkeypatch):
+    """A study run as its package (`python -m benchmarks.X`, whose __main__.py Python runs) records that command, not
+    `benchmarks.X.__main__`; a part records its own module, the arguments quoted as a shell reads them."""
+    from benchmarks import common
+
+    for path, typed in (("benchmarks/gpu/__main__.py", "python -m benchmarks.gpu"),
+                        ("benchmarks/limits/step.py", "python -m benchmarks.limits.step"),
+                        ("benchmarks/sps.py", "python -m benchmarks.sps")):
+        monkeypatch.setattr(sys, "argv", [str(REPO / path), "--out", "a b"])
+        assert common.command_line() == f"{typed} --out 'a b'"
 
 
 @pytest.mark.slow
 def test_gpu_learning_run_stops_only_a_run_still_running(tmp_path, monkeypatch):
-    """The GPU sitting's learn part (benchmarks/gpu.py) on the CPU, tiny, twice. An eager run that cannot end within
+    """The GPU sitting's learn part (benchmarks/gpu/gpu.py) on the CPU, tiny, twice. An eager run that cannot end within
     the compiled run's time (ten times its steps) is stopped with a Ctrl-C once its writer is open, and exits by
     itself, its logs kept (exit 130); an eager run that ends well before its time (fewer steps, two minutes allowed)
     is never signalled (exit 0). Both are certain whatever the machine's speed: the old part signalled a run that
@@ -246,7 +263,7 @@ def test_gpu_learning_run_stops_only_a_run_still_running(tmp_path, monkeypatch):
     meanwhile, as a command started in the background by a shell without job control does: the runs get it back."""
     import signal
 
-    from benchmarks import gpu
+    from benchmarks.gpu import gpu
 
     monkeypatch.setattr(gpu, "MAIN_JOB", ["sac_continuous_action_torchcompile", "--cudagraphs"])  # no compiling
     monkeypatch.setattr(gpu, "TINY_TASK", ["--env-id", "Pendulum-v1", "--learning-starts", "100"])
@@ -277,7 +294,7 @@ def test_gpu_speed_table_is_computed_from_the_rounds():
     """The GPU speed table from made-up rounds: per pair and GPU, medians over the rounds that measured a mode, ratios
     to eager over the rounds that measured both (each round on one machine), --compile --cudagraphs against JAX by
     the tie rule, a failure named, LeanRL's H100 figures beside; another GPU's rounds in a row of their own."""
-    from benchmarks.gpu import speed_table
+    from benchmarks.gpu.gpu import speed_table
 
     def rnd(gpu, eager, best, jax, compiled=None):
         runs = {"eager": {"sps": eager}, "compile+cudagraphs": {"sps": best}, "jax": {"sps": jax},
@@ -297,11 +314,11 @@ def test_gpu_speed_table_is_computed_from_the_rounds():
 
 
 def test_busy_machine_table_and_load():
-    """speed_settings_busy: the table's medians, per-round ratios to the setting before and verdicts, per task and
+    """speed_settings.busy: the table's medians, per-round ratios to the setting before and verdicts, per task and
     machine state, from made-up rounds; its load spins the cores it is asked for, and stops with its context."""
     import os
 
-    from benchmarks.speed_settings_busy import Load, table
+    from benchmarks.speed_settings.busy import Load, table
 
     def runs(*fps):
         return [{"sps": x, "warmup": 30.0, "wall": 60.0} for x in fps]

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_limits.py, the GPU limit study, on the CPU: a sitting at tiny sizes end to end (the budget leaves a
+"""benchmarks/gpu/limits.py, the GPU limit study, on the CPU: a sitting at tiny sizes end to end (the budget leaves a
 row out and says so, a second command adds it and keeps the first), the arithmetic of its outputs recomputed from
 their raw figures, a row that fails kept with its error, and the GPU's figures (the split's waiting and copies, the
 busy fraction and its series, the pieces' GPU times) from made-up CUPTI events, since no GPU runs here."""
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from helpers import ENV, SCRIPT_DIR
 
-from benchmarks import gpu, gpu_limits as gl
-from benchmarks.limits import Main
+from benchmarks.gpu import gpu, limits as gl
+from benchmarks.limits.limits import Main
 
 TINY = {"dqn": ("dqn", "CartPole-v1", 700, "--learning-starts 200 --measure-after 5")}
 CPU_ENV = {k: v for k, v in ENV.items() if k != "MUJOCO_GL"} | {"OMP_NUM_THREADS": "1"}  # no CUDA; one thread: steady
@@ -157,13 +157,13 @@ def test_a_pair_measured_on_another_machine_is_measured_again_whole(tmp_path, mo
     """Every row and environment-alone measurement records its machine, and a pair's bound adds them up: a command on
     another machine that adds a row to a pair measures the whole pair again there (said in the log); a command on the
     same machine adds the row alone. Made-up rows and environments: what is checked is the plan."""
-    import benchmarks.limits
+    import benchmarks.limits.limits
 
     monkeypatch.setattr(gpu, "PAIRS", TINY)
     runs, envs = [], []
     monkeypatch.setattr(gl, "run_row", lambda pair, mode, *args: runs.append(mode) or
                         {"pair": pair, "mode": mode, "error": "made up", "wall_s": 1.0})
-    monkeypatch.setattr(benchmarks.limits, "environment_alone", lambda pair, steps: envs.append(pair) or 1000.0)
+    monkeypatch.setattr(benchmarks.limits.limits, "environment_alone", lambda pair, steps: envs.append(pair) or 1000.0)
     argv = ["--out", str(tmp_path), "--pairs", "dqn", "--modes", "eager,jax", "--budget", "60", *SMALL]
 
     def command(machine, jax_expected):

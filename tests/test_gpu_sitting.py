@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from helpers import ENV, REPO
 
-from benchmarks import gpu
+from benchmarks.gpu import gpu
 
 SITTING = "cpu_rehearsal"  # the sitting's folder under docs/gpu/ in the copy: where a command's files are committed
 COMMIT = "abc1234+rehearsal"  # the carried bundle's COMMIT: the commit every command must record
@@ -34,14 +34,14 @@ NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 def planned_commands() -> list[tuple[str, int]]:
-    """docs/gpu.md's plan: each command (its `bash benchmarks/gpu.sh` line) and the timeout_s it is run under."""
+    """docs/gpu.md's plan: each command (its `bash benchmarks/gpu/gpu.sh` line) and the timeout_s it is run under."""
     text = (REPO / "docs" / "gpu.md").read_text()
     block = re.search(r"^#+ The plan\n.*?^```text\n(.*?)^```", text, re.S | re.M).group(1)
     commands, timeout = [], None
     for line in block.splitlines():
         if m := re.search(r"timeout_s=(\d+)", line):
             timeout = int(m.group(1))
-        elif line.startswith("bash benchmarks/gpu.sh"):
+        elif line.startswith("bash benchmarks/gpu/gpu.sh"):
             commands.append((line.strip(), timeout))
     return commands
 
@@ -285,11 +285,11 @@ FAKE_FPS = {"sac": 1000.0, "td3": 1250.0, "ppo_continuous": 2000.0, "ppo_atari":
 
 
 def leanrl_commands() -> list[tuple[str, int]]:
-    """docs/vs_leanrl.md's GPU plan: its commands (`bash benchmarks/gpu.sh` lines) and their timeout_s."""
+    """docs/vs_leanrl.md's GPU plan: its commands (`bash benchmarks/gpu/gpu.sh` lines) and their timeout_s."""
     text = (REPO / "docs" / "vs_leanrl.md").read_text()
     block = re.search(r"^## On a GPU.*?^```text\n(.*?)^```", text, re.S | re.M).group(1)
     return [(line.strip(), int(re.search(r"timeout_s=(\d+)", block).group(1))) for line in block.splitlines()
-            if line.startswith("bash benchmarks/gpu.sh")]
+            if line.startswith("bash benchmarks/gpu/gpu.sh")]
 
 
 def rehearse_leanrl(copy: Path, tmp_path: Path, budget: float) -> tuple[dict, dict]:
@@ -329,7 +329,7 @@ def test_the_leanrl_plan_rehearsed_with_a_made_up_leanrl(copy, tmp_path):
     (leanrl / "leanrl").mkdir(parents=True)
     for eager, *_ in gpu.LEANRL_PAIRS.values():
         (leanrl / "leanrl" / f"{eager}_torchcompile.py").write_text(FAKE_LEANRL)
-    shutil.copyfile(REPO / "benchmarks" / "vs_leanrl_wandb.py", leanrl / "wandb.py")
+    shutil.copyfile(REPO / "benchmarks" / "vs_leanrl" / "wandb.py", leanrl / "wandb.py")
     made_up = {"commit": "f" * 40, "local changes": [], "fixes": {"sac_continuous_action_torchcompile": ["made up"]}}
     (leanrl / "FIXES.json").write_text(json.dumps(made_up))
     files, data = rehearse_leanrl(copy, tmp_path, 150)
@@ -347,10 +347,10 @@ def test_the_leanrl_plan_rehearsed_with_a_made_up_leanrl(copy, tmp_path):
                     reason="no LeanRL to run: LEANRL_CHECKOUT (a clean checkout of github.com/pytorch-labs/LeanRL) and "
                     "LEANRL_TORCHRL_WHEEL (torchrl 0.14.1's wheel for this Python) are not both given; CI has neither")
 def test_the_leanrl_plan_rehearsed_with_leanrl(copy, tmp_path):
-    """docs/vs_leanrl.md's command with LeanRL itself in the bundle, as benchmarks/gpu_bundle.sh --leanrl puts it
-    there (its scripts fixed by benchmarks/vs_leanrl_fixes.py, the stand-in for wandb, torchrl's wheel): every run of
+    """docs/vs_leanrl.md's command with LeanRL itself in the bundle, as benchmarks/gpu/bundle.sh --leanrl puts it
+    there (its scripts fixed by benchmarks/vs_leanrl/fixes.py, the stand-in for wandb, torchrl's wheel): every run of
     LeanRL's four scripts runs and logs its speed past its window's start, torchrl installed for them."""
-    from benchmarks import vs_leanrl_fixes
+    from benchmarks.vs_leanrl import fixes as vs_leanrl_fixes
 
     leanrl = copy / ".whl" / "leanrl"
     state = vs_leanrl_fixes.build(Path(os.environ["LEANRL_CHECKOUT"]), leanrl)
@@ -369,7 +369,7 @@ def test_the_atari_split_rehearsed(copy, tmp_path):
     folder = copy / "docs" / "gpu" / SITTING
     folder.mkdir(parents=True)
     (folder / "sitting.log").write_text("00:00:00 sitting: the first command\n")
-    command = ('bash benchmarks/gpu.sh "$OUT" --plan atari_split --resume docs/gpu/<sitting> '
+    command = ('bash benchmarks/gpu/gpu.sh "$OUT" --plan atari_split --resume docs/gpu/<sitting> '
                '--limits-modes eager,cudagraphs')
     proc, wall = rehearse(copy, command, tmp_path / "out", 120, path_without_git(tmp_path))
     files = assert_comes_back(tmp_path / "out", proc, wall, 120)
@@ -393,7 +393,7 @@ def test_the_levers_plan_rehearsed(copy, tmp_path):
     folder = copy / "docs" / "gpu" / SITTING
     folder.mkdir(parents=True)
     (folder / "sitting.log").write_text("00:00:00 sitting: the first command\n")
-    command = 'bash benchmarks/gpu.sh "$OUT" --plan levers --resume docs/gpu/<sitting> --rounds 1'
+    command = 'bash benchmarks/gpu/gpu.sh "$OUT" --plan levers --resume docs/gpu/<sitting> --rounds 1'
     proc, wall = rehearse(copy, command, tmp_path / "out", 90, path_without_git(tmp_path))
     files = assert_comes_back(tmp_path / "out", proc, wall, 90)
     assert set(files) == {"console.log", "sitting.log", "machine.json", "levers.json", "levers.md"}, sorted(files)
@@ -406,7 +406,7 @@ def test_the_levers_plan_rehearsed(copy, tmp_path):
 
 @pytest.mark.slow
 def test_the_before_plan_rehearsed(copy, tmp_path):
-    """The before plan with 4081e39's leanrl/ and leanrl_utils/ in the bundle, as benchmarks/gpu_bundle.sh --before
+    """The before plan with 4081e39's leanrl/ and leanrl_utils/ in the bundle, as benchmarks/gpu/bundle.sh --before
     puts them there: a round of SAC and TD3 now and at that commit, that commit's scripts run from the bundle, within
     the machine's limits; before.md names both commits."""
     if subprocess.run(["git", "cat-file", "-e", "4081e39^{commit}"], cwd=REPO, capture_output=True).returncode != 0:
@@ -421,7 +421,7 @@ def test_the_before_plan_rehearsed(copy, tmp_path):
         script = before / "leanrl" / f"{gpu.TINY_PAIRS[pair][0]}_torchcompile.py"
         mark = f"__import__('pathlib').Path({str(tmp_path / pair)!r}).touch()\n"
         script.write_text(mark + script.read_text())
-    command = 'bash benchmarks/gpu.sh "$OUT" --plan before'
+    command = 'bash benchmarks/gpu/gpu.sh "$OUT" --plan before'
     proc, wall = rehearse(copy, command, tmp_path / "out", 120, path_without_git(tmp_path))
     files = assert_comes_back(tmp_path / "out", proc, wall, 120)
     assert set(files) == {"console.log", "sitting.log", "machine.json", "before.json", "before.md"}, sorted(files)
@@ -435,14 +435,14 @@ def test_the_before_plan_rehearsed(copy, tmp_path):
 
 
 @pytest.mark.parametrize("plan,said", [
-    ("leanrl", "leanrl: no LeanRL in the bundle (.whl/leanrl/): build it with bash benchmarks/gpu_bundle.sh --leanrl "),
-    ("before", "before: no earlier commit in the bundle (.whl/before/): build it with bash benchmarks/gpu_bundle.sh "
+    ("leanrl", "leanrl: no LeanRL in the bundle (.whl/leanrl/): build it with bash benchmarks/gpu/bundle.sh --leanrl "),
+    ("before", "before: no earlier commit in the bundle (.whl/before/): build it with bash benchmarks/gpu/bundle.sh "
                "--before COMMIT"),
 ])
 def test_a_plan_whose_bundle_lacks_its_part_says_so(plan, said, copy, tmp_path):
     """The leanrl and before plans with a bundle built without --leanrl or --before: the part says in one line how to
     build the bundle, runs nothing, and the command ends within the limits."""
-    command = f'bash benchmarks/gpu.sh "$OUT" --plan {plan}'
+    command = f'bash benchmarks/gpu/gpu.sh "$OUT" --plan {plan}'
     proc, wall = rehearse(copy, command, tmp_path / "out", 30, os.environ["PATH"])
     files = assert_comes_back(tmp_path / "out", proc, wall, 30)
     assert set(files) == {"console.log", "sitting.log", "machine.json"}, sorted(files)
@@ -454,7 +454,7 @@ def test_a_broken_bundle_stops_the_command_in_one_line(copy, tmp_path):
     """A wheel of the bundle that pip cannot install: one line says so, and the command fails before any part."""
     (copy / ".whl" / "broken-1.0-py3-none-any.whl").write_text("not a wheel")
     out = tmp_path / "out"
-    proc, _ = rehearse(copy, 'bash benchmarks/gpu.sh "$OUT" --plan check', out, 30, os.environ["PATH"])
+    proc, _ = rehearse(copy, 'bash benchmarks/gpu/gpu.sh "$OUT" --plan check', out, 30, os.environ["PATH"])
     assert proc.returncode == 1, proc.stdout
     lines = [line for line in (out / "console.log").read_text().splitlines() if not line.startswith("===")]
     assert len(lines) == 1 and lines[0].startswith("gpu.sh: the bundle in .whl/ did not install: ERROR"), lines
@@ -473,7 +473,7 @@ def test_a_mistake_in_a_command_is_one_line(args, said, copy, tmp_path):
     """A command's mistake stops it before any part, in one line, with a non-zero exit (in the travelling copy, with
     its made-up bundle: a real .whl/ in the checkout is built for the GPU machine's Python and need not install
     here)."""
-    proc = subprocess.run(["bash", "benchmarks/gpu.sh", str(tmp_path / "out"), *args], cwd=copy, capture_output=True,
+    proc = subprocess.run(["bash", "benchmarks/gpu/gpu.sh", str(tmp_path / "out"), *args], cwd=copy, capture_output=True,
                           text=True, env={**ENV, "PYTHONPATH": str(copy)}, timeout=120)
     lines = [line for line in (proc.stdout + proc.stderr).splitlines()  # less its header and the bundle's line
              if not line.startswith(("=== ", "gpu.sh: the bundle installed"))]
@@ -551,14 +551,14 @@ def test_the_speed_rounds_are_whole_and_on_one_machine(tmp_path, monkeypatch):
 
 
 def test_the_bundle_check_adds_up_what_travels_and_fails_above_its_limit(tmp_path):
-    """benchmarks/gpu_bundle.sh --check: the bundle's size plus the tree's (git archive HEAD) and the untracked files
+    """benchmarks/gpu/bundle.sh --check: the bundle's size plus the tree's (git archive HEAD) and the untracked files
     git does not ignore, in MiB, and a failure in one line above the limit (56 MiB, or GPU_TRAVEL_LIMIT_MIB)."""
     if subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True).returncode != 0:
         pytest.skip("not a git checkout: the check measures the tree with git archive")
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "some-1.0-py3-none-any.whl").write_bytes(b"\0" * 3 * 2**20)
-    check = ["bash", "benchmarks/gpu_bundle.sh", "--check", str(bundle)]
+    check = ["bash", "benchmarks/gpu/bundle.sh", "--check", str(bundle)]
     ok = subprocess.run(check, cwd=REPO, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     sizes = re.fullmatch(r"bundle ([\d.]+) MiB \+ tree \(git archive HEAD\) ([\d.]+) MiB \+ untracked ([\d.]+) MiB = "
@@ -578,14 +578,14 @@ def test_the_bundle_check_adds_up_what_travels_and_fails_above_its_limit(tmp_pat
     (["--leanrl", "nowhere"], "gpu_bundle: --leanrl {repo}/nowhere: not a LeanRL checkout (no leanrl/ folder)"),
     (["--before", "0000000"], "gpu_bundle: --before 0000000: no such commit here"),
     (["--check", "--leanrl", "."],
-     "usage: bash benchmarks/gpu_bundle.sh [--check] [--leanrl CHECKOUT] [--before COMMIT] [OUT_DIR]"),
+     "usage: bash benchmarks/gpu/bundle.sh [--check] [--leanrl CHECKOUT] [--before COMMIT] [OUT_DIR]"),
 ])
 def test_a_mistake_in_the_bundles_options_is_one_line(args, said, tmp_path):
-    """benchmarks/gpu_bundle.sh refuses a LeanRL that is no checkout, a commit it does not have, and the check with a
+    """benchmarks/gpu/bundle.sh refuses a LeanRL that is no checkout, a commit it does not have, and the check with a
     build's options, in one line, exit code 2, before it downloads anything."""
     if subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True).returncode != 0:
         pytest.skip("not a git checkout: the bundle script reads commits with git")
-    proc = subprocess.run(["bash", "benchmarks/gpu_bundle.sh", *args, str(tmp_path / "bundle")], cwd=REPO,
+    proc = subprocess.run(["bash", "benchmarks/gpu/bundle.sh", *args, str(tmp_path / "bundle")], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.splitlines() == [said.format(repo=REPO)], proc.stderr
     assert not (tmp_path / "bundle").exists()

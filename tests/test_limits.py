@@ -1,4 +1,4 @@
-"""benchmarks/limits.py's split: a sample's frames go to the category of what the script's main() was doing,
+"""benchmarks/limits/limits.py's split: a sample's frames go to the category of what the script's main() was doing,
 read from the script's own lines. Checked on every single-process script (eager, optimized, JAX): the line that
 steps the environments is environment time, the lines that log losses are logging, the eager scripts' backward
 passes are update time; frames inside a library decide first. And, where py-spy is installed (in the README's
@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import REPO, SCRIPT_DIR
 
-from benchmarks.limits import CATEGORIES, Main, classify, profile
+from benchmarks.limits.limits import CATEGORIES, Main, classify, profile
 from leanrl_utils.scripts import PAIRS
 
 SCRIPTS = [name for eager in PAIRS.values() for name in (eager, f"{eager}_torchcompile", f"{eager}_jax")
@@ -63,7 +63,7 @@ def test_a_sample_goes_where_main_was(script):
 def test_hard_bound_and_attainable_reference():
     """The two figures per pair and mode, from their definitions: seconds per step add up, fps is their
     inverse (here 1 ms of environment, then 10 ms of FLOPs at the peak or 2 pieces' best times)."""
-    from benchmarks.limits import attainable, hard_bound
+    from benchmarks.limits.limits import attainable, hard_bound
 
     assert hard_bound(env_sps=1000, flops=1e9, peak=1e11) == pytest.approx(1 / (1e-3 + 1e-2))
     pieces = {"update(policy_step=True)": {"calls_per_step": 0.5, "best_s": 8e-3},
@@ -76,7 +76,7 @@ def test_the_peak_is_above_what_this_machine_measures():
     scripts' threads, runs under it (a peak below a measurement would be no bound)."""
     from torch.utils.benchmark import Timer
 
-    from benchmarks.limits import theoretical_peak
+    from benchmarks.limits.limits import theoretical_peak
 
     peak = theoretical_peak()
     a = torch.randn(512, 512)
@@ -95,7 +95,7 @@ def test_the_clock_probe_reads_the_clock_a_second_way():
     import tempfile
     from pathlib import Path
 
-    from benchmarks.limits import CLOCK_PROBE, theoretical_peak
+    from benchmarks.limits.limits import CLOCK_PROBE, theoretical_peak
 
     if platform.machine() not in ("x86_64", "AMD64") or not shutil.which("gcc"):
         pytest.skip("the probe is x86 assembly built with gcc")
@@ -116,7 +116,7 @@ def test_pieces_are_timed_per_kind_of_call(tmp_path):
     import sys
     import time
 
-    from benchmarks.limits import LAUNCHER
+    from benchmarks.limits.limits import LAUNCHER
 
     script = tmp_path / "script.py"
     script.write_text("import time, torch\n"
@@ -136,7 +136,7 @@ def test_pieces_are_timed_per_kind_of_call(tmp_path):
 def test_fps_and_pieces_come_from_one_window():
     """The profiled run's fps over the py-spy window from its own charts/SPS points, and its pieces' calls per
     step and best times from the calls that started between the same two points."""
-    from benchmarks.limits import pieces_in_window, window_fps
+    from benchmarks.limits.limits import pieces_in_window, window_fps
 
     sps = [(100, 9.0, 0.0), (200, 10.0, 0.0), (400, 12.0, 0.0), (700, 14.0, 0.0), (800, 20.0, 0.0)]
     fps, (first, last) = window_fps(sps, start=9.5, end=15.0)  # the points at 10 s and 14 s
@@ -153,7 +153,7 @@ def test_a_reference_that_a_run_beat_is_given_no_percentage():
     """The attainable reference is a time the pieces can reach: a run measured above it shows it is not one,
     and results.md then gives no percentage of it (the hard bound's percentage stays); the ms per step are the
     shares of the profiled run's own step, and the speed table's fps sit beside it with their share of the bound."""
-    from benchmarks.limits import render
+    from benchmarks.limits.limits import render
 
     def row(fps):
         return {"pair": "p", "mode": "compile", "fractions": dict(zip(CATEGORIES, (0.5, 0.1, 0, 0.1, 0.2, 0.1, 0))),
@@ -181,7 +181,7 @@ def test_the_split_is_a_grid_with_one_legend_and_no_bar_touching_the_frame(tmp_p
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from benchmarks import limits
+    from benchmarks.limits import limits
 
     shutil.copy(REPO / "docs" / "limits" / "results.json", tmp_path / "results.json")
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]

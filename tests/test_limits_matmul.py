@@ -1,4 +1,4 @@
-"""benchmarks/limits_matmul.py: the matmuls of SAC's and TD3's updates, recorded from the calls (torch's dispatch,
+"""benchmarks/limits/matmul.py: the matmuls of SAC's and TD3's updates, recorded from the calls (torch's dispatch,
 XLA's compiled HLO), named by layout, timed in both frameworks, and each update's profile split into parts that
 add up to the call. The pieces are checked on small known cases (a linear layer, whose three matmuls have known
 layouts in each framework); the whole command on TD3 at a small size (marked slow: it compiles the update twice)."""
@@ -15,7 +15,7 @@ from helpers import ENV, REPO
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
-from benchmarks import limits_matmul as lm  # noqa: E402
+from benchmarks.limits import matmul as lm  # noqa: E402
 
 
 def linear_layer_calls() -> list[dict]:
@@ -121,12 +121,12 @@ def test_the_benchmark_records_times_and_splits_td3(tmp_path):
     update's forward NT and backward NN/TN matmuls, the compiled program's batched matmuls of 2 (the twin critics)
     and the JAX twin's batched dots, every one of them a timed row; the script's program (C++ wrapper) calls the
     matmuls of the Python-wrapper program; each split adds up to its call."""
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.limits_matmul", "--pairs", "td3", "--quick",
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.limits.matmul", "--pairs", "td3", "--quick",
                            "--env-id", "Pendulum-v1", "--learning-starts", "64", "--batch-size", "32",
                            "--out", str(tmp_path)], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = (tmp_path / "results.md").read_text()
-    assert text.startswith("Command: `python -m benchmarks.limits_matmul --pairs td3 --quick")
+    assert text.startswith("Command: `python -m benchmarks.limits.matmul --pairs td3 --quick")
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["cpu"]["vendor"] and data["rounds"] == 1
     td3 = data["pairs"]["td3"]

@@ -1,4 +1,4 @@
-"""benchmarks/limits_step.py: the running script's own calls timed where its loop makes them, against the same
+"""benchmarks/limits/step.py: the running script's own calls timed where its loop makes them, against the same
 calls alone. Its arithmetic on a made-up clock (a step is cut at its environment step, every interval lands in the
 step that holds its start, the steps that held an alone block are left out), and one tiny run of SAC's twin
 without --compile (no compiling in the quick tier) whose pieces add up to its steps."""
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from helpers import REPO
 
-from benchmarks.limits_step import PIECES, Clock, reduce
+from benchmarks.limits.step import PIECES, Clock, reduce
 
 
 def test_a_step_is_cut_at_its_environment_step_and_its_pieces_add_up():
@@ -33,7 +33,7 @@ def test_a_step_is_cut_at_its_environment_step_and_its_pieces_add_up():
 def test_a_tiny_run_of_sac_s_twin_splits_its_steps(tmp_path):
     """The study end to end, tiny: every piece measured in the loop and alone, the step's wall-clock the sum of its
     pieces in the loop, the candidates timed for each variant the loop ran (SAC's policy step and not)."""
-    cmd = [sys.executable, "-m", "benchmarks.limits_step", "--out", str(tmp_path), "--pairs", "sac", "--modes",
+    cmd = [sys.executable, "-m", "benchmarks.limits.step", "--out", str(tmp_path), "--pairs", "sac", "--modes",
            "plain", "--env-id", "Pendulum-v1", "--learning-starts", "100", "--blocks", "2", "--block-steps", "20",
            "--calls", "3", "--measure-after", "2"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,

@@ -1,4 +1,4 @@
-"""benchmarks/rpc_serving.py: serving a policy over torch.distributed.rpc, on loopback, bounded in time."""
+"""benchmarks/rpc_serving/rpc_serving.py: serving a policy over torch.distributed.rpc, on loopback, bounded in time."""
 
 import json
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import ENV, REPO
 
-from benchmarks import rpc_serving
+from benchmarks.rpc_serving import rpc_serving
 
 
 def serve(*args, timeout=600):

@@ -1,7 +1,7 @@
-"""benchmarks/vs_leanrl.py without LeanRL (not installed here): it reads LeanRL's fps back from an offline
-Weights & Biases run file, and from the lines of the stand-in for wandb (benchmarks/vs_leanrl_wandb.py) the same
+"""benchmarks/vs_leanrl/vs_leanrl.py without LeanRL (not installed here): it reads LeanRL's fps back from an offline
+Weights & Biases run file, and from the lines of the stand-in for wandb (benchmarks/vs_leanrl/wandb.py) the same
 values; LeanRL's fps over a window comes exactly from its logged speeds; it refuses a folder that is not a LeanRL
-checkout. The fixes (benchmarks/vs_leanrl_fixes.py) refuse a LeanRL they were not written for; on a real checkout
+checkout. The fixes (benchmarks/vs_leanrl/fixes.py) refuse a LeanRL they were not written for; on a real checkout
 (LEANRL_CHECKOUT), they apply."""
 
 import json
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from helpers import ENV, REPO
 
-from benchmarks import vs_leanrl_fixes
-from benchmarks.vs_leanrl import window_fps
+from benchmarks.vs_leanrl import fixes as vs_leanrl_fixes
+from benchmarks.vs_leanrl.vs_leanrl import window_fps
 
 
 def test_speeds_read_back_from_an_offline_wandb_run(tmp_path):
@@ -24,11 +24,11 @@ def test_speeds_read_back_from_an_offline_wandb_run(tmp_path):
     for wandb, given the same calls (values as LeanRL logs them: numbers, tensors, a string), gives the same."""
     standin = tmp_path / "standin"
     standin.mkdir()
-    shutil.copyfile(REPO / "benchmarks" / "vs_leanrl_wandb.py", standin / "wandb.py")
+    shutil.copyfile(REPO / "benchmarks" / "vs_leanrl" / "wandb.py", standin / "wandb.py")
     code = f"""
 import glob, importlib.util, torch, wandb
 from pathlib import Path
-from benchmarks.vs_leanrl import logged_speeds, standin_speeds
+from benchmarks.vs_leanrl.vs_leanrl import logged_speeds, standin_speeds
 spec = importlib.util.spec_from_file_location("standin", {str(standin / "wandb.py")!r})
 standin = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(standin)
@@ -86,7 +86,7 @@ def test_the_fixes_refuse_a_leanrl_they_were_not_written_for(tmp_path):
     (fake / "leanrl").mkdir(parents=True)
     for script in vs_leanrl_fixes.FIXES:
         (fake / "leanrl" / f"{script}.py").write_text("print('not the lines the fixes expect')\n")
-    run = [sys.executable, "-m", "benchmarks.vs_leanrl_fixes", str(fake), str(tmp_path / "dest")]
+    run = [sys.executable, "-m", "benchmarks.vs_leanrl.fixes", str(fake), str(tmp_path / "dest")]
     proc = subprocess.run(run, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60)
     first = next(iter(vs_leanrl_fixes.FIXES))
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(
@@ -108,4 +108,4 @@ def test_the_fixes_apply_to_leanrl(tmp_path):
     assert state["fixes"] == {s: [why for why, _, _ in fixes] for s, fixes in vs_leanrl_fixes.FIXES.items()}
     for script in vs_leanrl_fixes.FIXES:
         compile((tmp_path / "leanrl" / f"{script}.py").read_text(), script, "exec")
-    assert (tmp_path / "wandb.py").read_text() == (REPO / "benchmarks" / "vs_leanrl_wandb.py").read_text()
+    assert (tmp_path / "wandb.py").read_text() == (REPO / "benchmarks" / "vs_leanrl" / "wandb.py").read_text()

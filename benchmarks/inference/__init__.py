@@ -1,0 +1,1 @@
+"""Policy inference, eager against compiled (docs/inference.md): inference.py, `python -m benchmarks.inference`."""

@@ -1,0 +1,1 @@
+"""PPO Atari over processes with torchrun (docs/torchrun.md): torchrun.py, `python -m benchmarks.torchrun`."""
