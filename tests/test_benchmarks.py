@@ -2,6 +2,7 @@
 and prints the table it is read for, so that a refactor cannot silently break one."""
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -251,6 +252,53 @@ def test_a_results_file_records_the_command_as_typed(monkeypatch):
                         ("benchmarks/sps.py", "python -m benchmarks.sps")):
         monkeypatch.setattr(sys, "argv", [str(REPO / path), "--out", "a b"])
         assert common.command_line() == f"{typed} --out 'a b'"
+
+
+QUOTED_MODULE = re.compile(r"python3? -m\s+(benchmarks[\w.]*)")  # a command, as the pages and outputs quote it
+QUOTED_PATH = re.compile(r"(?<![\w/.-])(benchmarks/[\w/.-]*?\.(?:py|sh))\b")  # a file: `bash benchmarks/X/X.sh`, ...
+
+
+def quoted_benchmarks() -> list[tuple[str, str, bool]]:
+    """(where, what, is_module) for every benchmark module run with `python -m` and every file of benchmarks/ named in
+    README.md, CONTRIBUTING.md, the pages and the committed outputs under docs/ (their .md, .json and .sh files; not
+    their logs, which keep what was printed), placeholders left out (`benchmarks.X`, `benchmarks/X/X.sh`,
+    `benchmarks.X.<part>`)."""
+    docs = REPO / "docs"
+    files = [REPO / "README.md", REPO / "CONTRIBUTING.md",
+             *sorted(p for p in docs.rglob("*") if p.suffix in (".md", ".json", ".sh"))]
+    quoted = []
+    for path in files:
+        text = path.read_text()
+        for pattern, is_module in ((QUOTED_MODULE, True), (QUOTED_PATH, False)):
+            for m in pattern.finditer(text):
+                name = m.group(1).rstrip(".")
+                if name.lower() != name or text[m.end(1):m.end(1) + 1] == "<":
+                    continue
+                line = text.count("\n", 0, m.start()) + 1
+                quoted.append((f"{path.relative_to(REPO)}:{line}", name, is_module))
+    return quoted
+
+
+def test_quoted_benchmarks_exist():
+    """Every `python -m benchmarks...` that the README, CONTRIBUTING.md, a page or a committed output quotes names a
+    module that `python -m` runs (a package by its __main__.py), and every file of benchmarks/ they name (`bash
+    benchmarks/gpu/gpu.sh`, ...) is there: a study moved or renamed leaves no command that no longer runs. (An output
+    made by a module under an earlier name quotes the module's name of today: the command that makes it again.)"""
+    import importlib.util
+
+    def runnable(module: str) -> bool:
+        try:
+            spec = importlib.util.find_spec(module)
+            return spec is not None and (spec.submodule_search_locations is None or
+                                         importlib.util.find_spec(f"{module}.__main__") is not None)
+        except ModuleNotFoundError:  # a parent package that is not there
+            return False
+
+    quoted = quoted_benchmarks()
+    assert len({name for _, name, is_module in quoted if is_module}) >= 10, quoted  # the pages' commands were read
+    stale = [f"{where}: {'python -m ' if is_module else ''}{name}" for where, name, is_module in quoted
+             if not (runnable(name) if is_module else (REPO / name).is_file())]
+    assert stale == [], f"{len(stale)} quoted benchmarks that are not there:\n" + "\n".join(stale)
 
 
 @pytest.mark.slow
