@@ -6,33 +6,31 @@ The algorithm, defaults, network, initialisation, replay buffer and logging of
 buffer donation take directly. What it does differently from `dqn_atari_envpool.py`,
 and why:
 
-1. the replay buffer is the eager script's frame buffer (each frame stored once, the
-   stacks of 4 rebuilt when sampled, never across a game's start or the write head)
-   kept entirely in device arrays, frames and bookkeeping alike; the stacks are
-   rebuilt by a gather inside the jitted update, so a batch never crosses from the host;
-2. the whole update is one jitted function: write the steps played since the last
-   update into the buffer, draw the batch from a PRNG key, loss, gradients, the Adam
-   step and the target copy; the train state and the buffer are donated, so XLA updates
-   them in place (a 1M-frame buffer is 7 GB: a copy per update is out of the question);
-3. the steps are staged on the host and reach the device once per update (every
-   `train_frequency` steps): one call and at most one small copy per update instead of
-   one each per env step;
-4. the Nature CNN runs in the NHWC layout that XLA's convolutions take: the uint8
-   frames are transposed once inside jit, before they become floats;
-5. the greedy action is a jitted forward pass; ε-greedy is decided on the host, as in
-   the eager script, so that an exploring step runs no network;
-6. the batches come from JAX's PRNG (a key carried in the train state), not from
-   torch's generator: runs are not number for number those of `dqn_atari_envpool.py`,
-   but from the same weights and the same batch the first loss is the same up to
-   rounding (tests/test_jax_dqn.py);
-7. `--save-model` converts the flax params to the eager script's torch `state_dict`
-   (conv kernels HWIO -> OIHW, the first Dense layer's inputs from the NHWC flatten
-   order to torch's NCHW one), so that the checkpoint loads as the eager script's
-   (`leanrl_utils/evals.py`'s `load_policy`); the trained network is played in JAX;
-8. shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic`
-   as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a
-   train state that is a plain `NamedTuple` of params and optax states (flax's `TrainState` would
-   add an `apply_fn` that the jitted functions, which close over their networks, never call).
+- [device-buffer] the replay buffer is the eager script's frame buffer (each frame stored once, the stacks of 4
+  rebuilt when sampled, never across a game's start or the write head) kept entirely in device arrays, frames and
+  bookkeeping alike; the stacks are rebuilt by a gather inside the jitted update, so a batch never crosses from the
+  host;
+- [jit-update] the whole update is one jitted function: write the steps played since the last update into the
+  buffer, draw the batch from a PRNG key, loss, gradients, the Adam step and the target copy; the train state and
+  the buffer are donated, so XLA updates them in place (a 1M-frame buffer is 7 GB: a copy per update is out of the
+  question);
+- [staged-steps] the steps are staged on the host and reach the device once per update (every `train_frequency`
+  steps): one call and at most one small copy per update instead of one each per env step;
+- [channels-last] the Nature CNN runs in the NHWC layout that XLA's convolutions take: the uint8 frames are
+  transposed once inside jit, before they become floats;
+- [jit-act] the greedy action is a jitted forward pass; ε-greedy is decided on the host, as in the eager script, so
+  that an exploring step runs no network;
+- [jax-prng] the batches come from JAX's PRNG (a key carried in the train state), not from torch's generator: runs
+  are not number for number those of `dqn_atari_envpool.py`, but from the same weights and the same batch the first
+  loss is the same up to rounding (tests/test_jax_dqn.py);
+- [save-converted] `--save-model` converts the flax params to the eager script's torch `state_dict` (conv kernels
+  HWIO -> OIHW, the first Dense layer's inputs from the NHWC flatten order to torch's NCHW one), so that the
+  checkpoint loads as the eager script's (`leanrl_utils/evals.py`'s `load_policy`); the trained network is played in
+  JAX;
+- [jax-shared] shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic` as
+  `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a train state that is a
+  plain `NamedTuple` of params and optax states (flax's `TrainState` would add an `apply_fn` that the jitted
+  functions, which close over their networks, never call).
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 

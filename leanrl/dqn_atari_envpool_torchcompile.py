@@ -1,50 +1,26 @@
 """Deep Q-Network (DQN) on Atari through envpool, made fast.
 
-The algorithm and defaults of `dqn_atari_envpool.py`; only the execution changes.
-Each optimization carries a comment saying what it saves:
+The algorithm, defaults and random numbers (the same batches, the same ε-greedy choices) of `dqn_atari_envpool.py`;
+only the execution changes: on the CPU the two play the same games, their losses apart by rounding. Each
+optimization is named, the same name in every pair, and each change from the eager script carries its name in its
+comment, so that `diff -u dqn_atari_envpool.py dqn_atari_envpool_torchcompile.py` reads as this list (what each
+measured: docs/optimizations.md):
 
-1. the replay buffer keeps its frames (each stored once, as uint8) on the training
-   device and rebuilds the stacks there: a batch is a gather on the device, and a
-   frame enters the buffer from the host once, when it is stored (acting sends its
-   own stack); its bookkeeping (a few numbers per slot) stays on the host, where
-   reading it costs no sync;
-2. frames and convolutions in the channels-last layout;
-3. the policy that acts runs the trained weights detached, in a weightless copy;
-4. Adam's fused step: one call over every weight, its state on the device;
-5. the target network's weights are updated with one fused `lerp_`;
-6. `--compile`: `torch.compile` of `loss_and_grads` (the loss and its backward pass, one
-   graph; `zero_grad` and the fused Adam step stay eager), with inductor's C++ wrapper
-   on a CPU, and of the acting step on CUDA only (`COMPILED_ACTING`);
-7. `--cudagraphs`: the whole update (`zero_grad`, loss, backward pass, Adam step), the
-   acting step and the target's update, each replayed as one CUDA graph (tensordict's
-   `CudaGraphModule`; a replay also copies the inputs in and clones every output);
-   without CUDA the wrapper calls the function after cloning its tensor arguments.
+- [device-buffer] the frame buffer's frames (each stored once, as uint8) on the training device, the stacks rebuilt
+  there: a batch is a gather on the device, a frame crosses from the host once; the bookkeeping (a few numbers a
+  slot) stays on the host, where reading it costs no sync;
+- [channels-last] frames and convolutions in the channels-last layout;
+- [detached-policy] the policy that acts runs the trained weights detached, in a weightless copy;
+- [fused-adam] torch's fused Adam: one call over every weight, its state on the device;
+- [lerp-target] the target network moves with one fused `lerp_`;
+- [compile] `--compile`: `torch.compile` of the loss with its backward pass (`zero_grad` and the fused Adam step
+  stay eager), and of the acting step on CUDA only (`COMPILED_ACTING`);
+- [cudagraphs] `--cudagraphs`: the whole update, the acting step and the target's update, each replayed as one
+  CUDA graph (tensordict's `CudaGraphModule`).
 
-Each change from the eager script is tagged in its comment with its number here
-([N]), so that `diff -u dqn_atari_envpool.py dqn_atari_envpool_torchcompile.py`
-reads as this list.
-
-Kept as in the eager script: ε-greedy decides on the host. The actions come back every
-step anyway, so the branch costs no sync, and an exploring step runs no CNN (picking on
-the device, with no branch, would run it every step).
-
-The two scripts draw the same batches (the replay buffer has a generator of its
-own) and the same ε-greedy choices (Python's generator and the action space's, as
-CleanRL does), so they play the same games on the CPU; their losses differ by
-rounding (channels-last convolutions and the fused Adam step round differently).
-
-As in the eager script, and unlike CleanRL's script (gymnasium's Atari wrappers):
-- the replay buffer stores each frame once and rebuilds the stacks of 4 when it
-  samples: 1M transitions take 7 GB, not the 28 GB of stacked observations (and 56
-  GB with the next observations) that a naive buffer needs;
-- envpool resets an environment on the step *after* it reports done (a lost life
-  or a finished game): that step ignores the action and returns reward 0. It is no
-  transition, and is not stored;
-- episode statistics are the real game's: the unclipped rewards summed over all
-  lives, logged when the last life is lost or the game is truncated, with the
-  game's length in agent steps.
-
-What these choices measure on a CPU: docs/speed.md and docs/limits.md.
+As in the eager script (its docstring says more): ε-greedy decides on the host (an exploring step runs no CNN);
+the buffer stores each frame once (1M transitions: 7 GB, not 28); envpool's reset step is no transition; episode
+statistics are the real game's.
 
     python leanrl/dqn_atari_envpool_torchcompile.py --compile --cudagraphs
 """
@@ -132,9 +108,8 @@ def check_args(args: Args) -> None:
     harness.no_video_with_envpool(args)
 
 
-# [6] The devices on which --compile compiles the acting step: CUDA only, where --cudagraphs then replays the
-# compiled step. On a CPU it stays eager, a choice not measured for this script: there the update takes most of a
-# step (docs/limits.md), and PPO's Atari CNN, compiled, acted at batch 1 no faster than eager (docs/inference.md).
+# [compile] the devices where --compile compiles the acting step: on a CPU the update takes most of a step, and a
+# compiled call's fixed cost is above one action's CNN at batch 1
 COMPILED_ACTING = ("cuda",)
 
 
@@ -180,11 +155,10 @@ class QNetwork(nn.Module):
             nn.ReLU(),
             nn.Linear(512, env.single_action_space.n),
         )
-        self.to(memory_format=torch.channels_last)  # [2] the convolutions' weights too (see forward), kept by .to()
+        self.to(memory_format=torch.channels_last)  # [channels-last] the convolutions' weights too (see forward), kept by .to()
 
     def forward(self, x):
-        # [2] the frames in the channels-last layout, in which one CPU ran the Nature CNN's forward and backward
-        # faster (docs/optimizations.md, on PPO's minibatch); on CUDA the same layout, a choice not measured there
+        # [channels-last] the frames in the layout the convolution kernels work in (oneDNN's, tensor cores')
         return self.network(x.contiguous(memory_format=torch.channels_last) / 255.0)
 
 
@@ -194,7 +168,7 @@ def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
 
 
 class ReplayBuffer:
-    """[1] A circular buffer of transitions storing each frame once, on the training device, where the batches are
+    """[device-buffer] A circular buffer of transitions storing each frame once, on the training device, where the batches are
     gathered; its bookkeeping stays in CPU tensors (reading it costs no sync).
 
     Slot t holds the newest frame of observation t, the action taken from it, the reward and the
@@ -206,7 +180,7 @@ class ReplayBuffer:
     head), or when the write head has overwritten a frame its stack needs."""
 
     def __init__(self, size: int, frame_shape: tuple, device: torch.device, seed: int):
-        # [1] the frames on the training device: a batch's stacks are a gather there; the bookkeeping stays here
+        # [device-buffer] the frames on the training device: a batch's stacks are a gather there; the bookkeeping stays here
         harness.check_memory("--buffer-size", size * int(np.prod(frame_shape)), device)  # refused if it cannot fit
         self.frames = torch.zeros((size, *frame_shape), dtype=torch.uint8, device=device)
         self.back = torch.zeros(size, dtype=torch.long)  # earlier frames of the same game in the stack, up to 3
@@ -230,14 +204,14 @@ class ReplayBuffer:
         for j in (1, 2, 3):  # the stacks that reach back to the frame overwritten here are gone
             q = (p + j) % self.size
             self.valid[q] &= self.back[q] < j
-        self.frames[p] = torch.as_tensor(obs[-1]).to(self.device, non_blocking=True)  # [1] one frame crosses, as uint8
+        self.frames[p] = torch.as_tensor(obs[-1]).to(self.device, non_blocking=True)  # [device-buffer] one frame crosses, as uint8
         self.back[p] = 0 if game_start else min(int(self.back[p - 1]) + 1, 3)
         self.valid[p] = False  # no action taken from it yet
 
     def stacks(self, slots):
         """The stacks of 4 frames of the observations in `slots`, as envpool returned them."""
         offsets = torch.minimum(torch.arange(3, -1, -1), self.back[slots, None])
-        # [1] the indices are worked out on the host, where the bookkeeping is; the gather runs on the device
+        # [device-buffer] the indices from the host's bookkeeping; the gather on the device
         return self.frames[((slots[:, None] - offsets) % self.size).to(self.device, non_blocking=True)]
 
     def sample(self, batch_size: int) -> dict:
@@ -247,7 +221,7 @@ class ReplayBuffer:
         slots = candidates[torch.argsort((~self.valid[candidates]).byte(), stable=True)[:batch_size]]
         data = dict(observations=self.stacks(slots), actions=self.actions[slots, None], rewards=self.rewards[slots],
                     next_observations=self.stacks((slots + 1) % self.size), dones=self.dones[slots])
-        # [1] the stacks are on the device already; the small fields cross without waiting for the device
+        # [device-buffer] the stacks are on the device already; the small fields cross without waiting for the device
         return {key: value.to(self.device, non_blocking=True) for key, value in data.items()}
 
 
@@ -268,8 +242,7 @@ def main(args: Args) -> None:
 
     # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
     q_network = QNetwork(envs).to(device)
-    # [4] fused: one call per step over every weight, its state on the device; capturable when --cudagraphs
-    # replays the step: the replayed step then reads its step count on the device
+    # [fused-adam] one call per step over every weight; capturable, for --cudagraphs to replay it
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True,
                            capturable=args.cudagraphs and device.type == "cuda")
     target_network = copy.deepcopy(q_network)  # the target starts as an exact copy
@@ -281,13 +254,13 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.train_frequency)
     episodic_return = float("nan")
 
-    # [3] the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
+    # [detached-policy] the policy that acts reads the same weights, detached: no autograd bookkeeping
     with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
         q_network_detach = QNetwork(envs)
     from_module(q_network).data.to_module(q_network_detach, preserve_module_state=False)
 
     def policy(obs):  # the greedy actions (ε-greedy, in the loop, explores around them)
-        return q_network_detach(obs).argmax(dim=-1)  # [3] on the detached weights: no torch.no_grad() to enter
+        return q_network_detach(obs).argmax(dim=-1)  # [detached-policy] no torch.no_grad() to enter
 
     def loss_and_grads(data):  # the TD loss of a batch and its gradients; returns the values to log, detached
         with torch.no_grad():
@@ -299,7 +272,7 @@ def main(args: Args) -> None:
         return dict(td_loss=loss.detach(), q_values=old_val.detach().mean())
 
     def update_target():  # the target network moves toward the Q-network by tau (tau = 1: a hard copy)
-        # [5] one fused lerp over every weight (their detached views) instead of a Python loop of copies
+        # [lerp-target] one fused lerp over every weight instead of a Python loop of copies
         from_module(target_network).data.lerp_(from_module(q_network).data, args.tau)
 
     def update(data):
@@ -309,24 +282,18 @@ def main(args: Args) -> None:
         optimizer.step()
         return out
 
-    if args.compile:  # [6]
-        if device.type == "cpu":
-            # inductor's C++ wrapper: the compiled program calls its kernels from C++, not from a generated Python
-            # function, which cuts the fixed cost of each call of this small program (a GPU has --cudagraphs)
+    if args.compile:  # [compile]
+        if device.type == "cpu":  # inductor's C++ wrapper: kernels called from C++, a smaller fixed cost per call
             torch._inductor.config.cpp_wrapper = True
-        # trace loss.backward() into the compiled graph: forward and backward become one graph
+        # the backward pass traced into the loss's graph; zero_grad and the fused Adam step, one call each, stay eager
         torch._dynamo.config.trace_autograd_ops = True
-        # only the loss and its gradients are compiled (update() calls the compiled one); zero_grad and the fused
-        # optimizer step, already one call over every weight, stay eager
         loss_and_grads = torch.compile(loss_and_grads)
         if device.type in COMPILED_ACTING:
             policy = torch.compile(policy)
 
     if args.cudagraphs:
-        # [7] the whole update (zero_grad, forward, backward, optimizer step), the acting step and the target's
-        # update each become one graph replay, which also copies the inputs in and clones the outputs; the
-        # warm-up calls before the capture let compilation finish. Without CUDA the wrapper calls the function
-        # directly, after cloning every tensor argument (a copy per call: here the uint8 stacks of each batch)
+        # [cudagraphs] the update, the acting step and the target's update each one graph replay, captured once the
+        # warm-up calls have let compilation finish (without CUDA: called directly, each tensor argument cloned)
         warmup = 4 if args.compile else 2
         update = CudaGraphModule(update, warmup=warmup)
         update_target = CudaGraphModule(update_target, warmup=warmup)  # a function of no argument: graphed too

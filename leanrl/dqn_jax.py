@@ -5,30 +5,27 @@ with JAX, flax and optax. The networks are flax **linen** modules: a model is a 
 function of a params pytree, which `jax.jit` and buffer donation take directly.
 What it does differently from `dqn.py`, and why:
 
-1. the whole update is one jitted function: write the steps played since the last
-   update into the replay buffer, draw the batch from a PRNG key, loss, gradients,
-   the Adam step and the target copy; the train state and the buffer are donated, so
-   XLA updates them in place instead of allocating new ones each call;
-2. the replay buffer lives on the device as a fixed-size pytree of arrays; the steps
-   are staged on the host in one small array and reach the device once per update
-   (every `train_frequency` steps), written by the update itself: with a single env, a
-   write per step would add a jitted call (its dispatch and a copy) to every env step.
-   A host buffer whose batches are copied over would move `batch_size` rows per update
-   instead of `train_frequency`, and draw the batch outside the jitted update (the two
-   buffers' speeds are compared in no committed output);
-3. the greedy action is a jitted forward pass; ε-greedy is decided on the host, as in
-   the eager script, so that an exploring step runs no network;
-4. the batches come from JAX's PRNG (a key carried in the train state), not from
-   torch's generator: runs are not number for number those of `dqn.py`, but from the
-   same weights and the same batch the first loss is the same up to rounding
-   (tests/test_jax_dqn.py);
-5. `--save-model` converts the flax params to `dqn.py`'s torch `state_dict` (Dense
-   kernels transposed), so that the checkpoint loads as the eager script's
-   (`leanrl_utils/evals.py`'s `load_policy`); the trained network is played in JAX;
-6. shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic`
-   as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a
-   train state that is a plain `NamedTuple` of params and optax states (flax's `TrainState` would
-   add an `apply_fn` that the jitted functions, which close over their networks, never call).
+- [jit-update] the whole update is one jitted function: write the steps played since the last update into the replay
+  buffer, draw the batch from a PRNG key, loss, gradients, the Adam step and the target copy; the train state and
+  the buffer are donated, so XLA updates them in place instead of allocating new ones each call;
+- [staged-steps] the replay buffer lives on the device as a fixed-size pytree of arrays; the steps are staged on the
+  host in one small array and reach the device once per update (every `train_frequency` steps), written by the
+  update itself: with a single env, a write per step would add a jitted call (its dispatch and a copy) to every env
+  step. A host buffer whose batches are copied over would move `batch_size` rows per update instead of
+  `train_frequency`, and draw the batch outside the jitted update (the two buffers' speeds are compared in no
+  committed output);
+- [jit-act] the greedy action is a jitted forward pass; ε-greedy is decided on the host, as in the eager script, so
+  that an exploring step runs no network;
+- [jax-prng] the batches come from JAX's PRNG (a key carried in the train state), not from torch's generator: runs
+  are not number for number those of `dqn.py`, but from the same weights and the same batch the first loss is the
+  same up to rounding (tests/test_jax_dqn.py);
+- [save-converted] `--save-model` converts the flax params to `dqn.py`'s torch `state_dict` (Dense kernels
+  transposed), so that the checkpoint loads as the eager script's (`leanrl_utils/evals.py`'s `load_policy`); the
+  trained network is played in JAX;
+- [jax-shared] shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic` as
+  `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a train state that is a
+  plain `NamedTuple` of params and optax states (flax's `TrainState` would add an `apply_fn` that the jitted
+  functions, which close over their networks, never call).
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 

@@ -1,38 +1,24 @@
 """Deep Q-Network (DQN) for discrete actions, made fast.
 
-The algorithm and defaults of `dqn.py`; only the execution changes. Each
-optimization carries a comment saying what it saves:
+The algorithm, defaults and random numbers (the same batches, the same ε-greedy choices) of `dqn.py`; only the
+execution changes, so that on the CPU the two runs agree step by step up to rounding. Each optimization is named,
+the same name in every pair, and each change from `dqn.py` carries its name in its comment, so that
+`diff -u dqn.py dqn_torchcompile.py` reads as this list (what each measured: docs/optimizations.md):
 
-1. the replay buffer is one tensor of rows preallocated on the training device (a
-   transition per row), staged on the host and copied over together when a batch is
-   drawn (or when the stage fills); a batch is one gather there, returned as a dict
-   of views of the gathered rows (the actions converted to integers: a copy);
-2. the greedy action calls the layers' functions on the weights directly, not
-   the module: at batch 1 the module machinery costs more than the math;
-3. the policy that acts runs the trained weights detached, in a weightless copy;
-4. Adam's fused step: one call over every weight, its state on the device;
-5. the target network's weights are updated with one fused `lerp_`;
-6. `--compile`: `torch.compile` of `loss_and_grads` (the loss and its backward pass, one
-   graph; `zero_grad` and the fused Adam step stay eager), with inductor's C++ wrapper
-   on a CPU, and of the acting step on CUDA only (`COMPILED_ACTING`);
-7. `--cudagraphs`: the whole update (`zero_grad`, loss, backward pass, Adam step), the
-   acting step and the target's update, each replayed as one CUDA graph (tensordict's
-   `CudaGraphModule`; a replay also copies the inputs in and clones every output);
-   without CUDA the wrapper calls the function after cloning its tensor arguments.
+- [device-buffer] the replay buffer is one tensor of rows on the training device, staged on the host and copied
+  over together; a batch is one gather there;
+- [functional-greedy] the greedy action calls the layers' functions, not the module: at batch 1 the module's
+  machinery costs more than the math;
+- [detached-policy] the policy that acts runs the trained weights detached, in a weightless copy;
+- [fused-adam] torch's fused Adam: one call over every weight, its state on the device;
+- [lerp-target] the target network moves with one fused `lerp_`;
+- [compile] `--compile`: `torch.compile` of the loss with its backward pass (`zero_grad` and the fused Adam step
+  stay eager), and of the acting step on CUDA only (`COMPILED_ACTING`);
+- [cudagraphs] `--cudagraphs`: the whole update, the acting step and the target's update, each replayed as one
+  CUDA graph (tensordict's `CudaGraphModule`).
 
-Each change from the eager script is tagged in its comment with its number here
-([N]), so that `diff -u dqn.py dqn_torchcompile.py` reads as this list.
-
-Kept as in the eager script: ε-greedy decides on the host. With one environment the
-action comes back every step anyway, so the branch costs no sync, and an exploring
-step runs no network (picking on the device, with no branch, would run it every step).
-
-The two scripts draw the same batches (the replay buffer has a generator of its
-own) and the same ε-greedy choices (Python's generator and the action space's, as
-CleanRL does), so their runs can be compared step by step on the CPU, up to rounding
-(the fused Adam step rounds differently).
-
-What these choices measure on a CPU: docs/speed.md and docs/limits.md.
+Kept as in the eager script: ε-greedy decides on the host. With one environment the action comes back every step
+anyway, so the branch costs no sync, and an exploring step runs no network.
 
     python leanrl/dqn_torchcompile.py --compile --cudagraphs
 """
@@ -119,9 +105,8 @@ def check_args(args: Args) -> None:
     harness.known_env_id(args.env_id, "gymnasium")
 
 
-# [6] The devices on which --compile compiles the acting step: CUDA only, where --cudagraphs then replays the
-# compiled step. On a CPU it stays eager: a choice made from one CPU's measurement (docs/inference.md: there the
-# compiled greedy action at batch 1 ran slower than eager, its call's fixed cost above the math).
+# [compile] the devices where --compile compiles the acting step: on a CPU a compiled call's fixed cost is above the
+# math of one greedy action at batch 1
 COMPILED_ACTING = ("cuda",)
 
 
@@ -158,9 +143,8 @@ class QNetwork(nn.Module):
         return self.network(x)
 
     def greedy_action(self, x):
-        """[2] The action of the highest Q-value, with the layers' functions called on their weights directly: at
-        batch 1 the nn.Module call machinery (Sequential, five module calls and their hook checks) costs more than
-        the math."""
+        """[functional-greedy] The action of the highest Q-value, from the layers' functions on their weights: at batch
+        1 the module calls (Sequential, five modules, their hook checks) cost more than the math."""
         first, _, second, _, last = self.network
         x = F.linear(x, first.weight, first.bias).relu()
         x = F.linear(x, second.weight, second.bias).relu()
@@ -173,14 +157,12 @@ def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
 
 
 class ReplayBuffer:
-    """[1] A circular buffer of transitions preallocated on the training device: a batch is an index there,
-    and only its indices cross from the host. Each transition is one row of a single tensor (observation,
-    next observation, action, reward, done), so that a batch is one gather, not five; transitions are staged
-    on the host and reach the device together when a batch is drawn (one copy of the rows, one of their
-    places), not five small copies per step."""
+    """[device-buffer] A circular buffer of transitions on the training device, one row of a single tensor each
+    (observation, next observation, action, reward, done): a batch is one gather there, and only its indices cross
+    from the host. Transitions are staged on the host and cross together when a batch is drawn: two copies, not
+    five small ones per step."""
 
     def __init__(self, size: int, obs_dim: int, device: torch.device, seed: int, stage: int = 64):
-        # `stage`: how many transitions wait on the host before they cross (a batch drawn sends them sooner)
         # the batches are drawn from a generator of their own: exploring does not shift them
         self.generator = torch.Generator().manual_seed(seed)
         self.obs_dim, self.size, self.pos, self.full, self.n_staged, self.device = obs_dim, size, 0, False, 0, device
@@ -190,8 +172,7 @@ class ReplayBuffer:
         self.staged_np = self.staged.numpy()  # writing a row there is cheap
 
     def add(self, obs, next_obs, action, reward, done):
-        # written into a staged host row; a full stage reaches the device together (flush)
-        row = self.staged_np[self.n_staged]
+        row = self.staged_np[self.n_staged]  # a staged host row; a full stage crosses together (flush)
         row[: self.obs_dim], row[self.obs_dim: 2 * self.obs_dim], row[-3:] = obs, next_obs, (action, reward, done)
         self.n_staged += 1
         if self.n_staged == len(self.staged_np):
@@ -200,16 +181,14 @@ class ReplayBuffer:
     def flush(self):
         n, self.n_staged = self.n_staged, 0
         idx = (self.pos + torch.arange(n)) % self.size
-        # a blocking copy: the staged rows can be overwritten right after (it waits for the device's queued
-        # work, which is little: each greedy step reads its action back, and an update runs every few steps)
+        # a blocking copy, so that the staged rows can be written again at once
         self.rows[idx.to(self.device)] = self.staged[:n].to(self.device)
         self.full = self.full or self.pos + n >= self.size
         self.pos = (self.pos + n) % self.size
 
     def sample(self, batch_size: int) -> dict:
         self.flush()
-        # the indices come from a CPU generator, as in the eager script: the same batches on a GPU too,
-        # for one small copy (no sync) to the device
+        # indices from the CPU generator, as in the eager script (the same batches on a GPU), one small copy over
         idx = torch.randint(0, self.size if self.full else self.pos, (batch_size,), generator=self.generator)
         rows, d = self.rows[idx.to(self.device, non_blocking=True)], self.obs_dim
         # views of the gathered rows, but the actions: converted to integers (a copy) to index the Q-values
@@ -232,8 +211,7 @@ def main(args: Args) -> None:
 
     # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
     q_network = QNetwork(env).to(device)
-    # [4] fused: one call per step over every weight, its state on the device; capturable when --cudagraphs
-    # replays the step: the replayed step then reads its step count on the device
+    # [fused-adam] one call per step over every weight; capturable, for --cudagraphs to replay it
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True,
                            capturable=args.cudagraphs and device.type == "cuda")
     target_network = copy.deepcopy(q_network)  # the target starts as an exact copy
@@ -245,13 +223,13 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.train_frequency)
     episodic_return = float("nan")
 
-    # [3] the policy that acts reads the same weights, detached: no autograd bookkeeping when acting
+    # [detached-policy] the policy that acts reads the same weights, detached: no autograd bookkeeping
     with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
         q_network_detach = QNetwork(env)
     from_module(q_network).data.to_module(q_network_detach, preserve_module_state=False)
 
     def policy(obs):  # the greedy action (ε-greedy, in the loop, explores around it)
-        return q_network_detach.greedy_action(obs)  # [3] on the detached weights: no torch.no_grad() to enter
+        return q_network_detach.greedy_action(obs)  # [detached-policy] no torch.no_grad() to enter
 
     def loss_and_grads(data):  # the TD loss of a batch and its gradients; returns the values to log, detached
         with torch.no_grad():
@@ -263,7 +241,7 @@ def main(args: Args) -> None:
         return dict(td_loss=loss.detach(), q_values=old_val.detach().mean())
 
     def update_target():  # the target network moves toward the Q-network by tau (tau = 1: a hard copy)
-        # [5] one fused lerp over every weight (their detached views) instead of a Python loop of copies
+        # [lerp-target] one fused lerp over every weight instead of a Python loop of copies
         from_module(target_network).data.lerp_(from_module(q_network).data, args.tau)
 
     def update(data):
@@ -273,24 +251,18 @@ def main(args: Args) -> None:
         optimizer.step()
         return out
 
-    if args.compile:  # [6]
-        if device.type == "cpu":
-            # inductor's C++ wrapper: the compiled program calls its kernels from C++, not from a generated Python
-            # function, which cuts the fixed cost of each call of this small program (a GPU has --cudagraphs)
+    if args.compile:  # [compile]
+        if device.type == "cpu":  # inductor's C++ wrapper: kernels called from C++, a smaller fixed cost per call
             torch._inductor.config.cpp_wrapper = True
-        # trace loss.backward() into the compiled graph: forward and backward become one graph
+        # the backward pass traced into the loss's graph; zero_grad and the fused Adam step, one call each, stay eager
         torch._dynamo.config.trace_autograd_ops = True
-        # only the loss and its gradients are compiled (update() calls the compiled one); zero_grad and the fused
-        # optimizer step, already one call over every weight, stay eager
         loss_and_grads = torch.compile(loss_and_grads)
         if device.type in COMPILED_ACTING:
             policy = torch.compile(policy)
 
     if args.cudagraphs:
-        # [7] the whole update (zero_grad, forward, backward, optimizer step), the acting step and the target's
-        # update each become one graph replay, which also copies the inputs in and clones the outputs; the
-        # warm-up calls before the capture let compilation finish. Without CUDA the wrapper calls the function
-        # directly, after cloning every tensor argument (a copy per call)
+        # [cudagraphs] the update, the acting step and the target's update each one graph replay, captured once the
+        # warm-up calls have let compilation finish (without CUDA: called directly, each tensor argument cloned)
         warmup = 4 if args.compile else 2
         update = CudaGraphModule(update, warmup=warmup)
         update_target = CudaGraphModule(update_target, warmup=warmup)  # a function of no argument: graphed too

@@ -296,20 +296,8 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.batch_size)
     episodic_return = float("nan")
 
-    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
-    checkpoint = harness.Checkpoint(args, writer, dict(agent=agent, optimizer=optimizer), envpool=True)
-
-    # TRY NOT TO MODIFY: start the game
-    global_step = 0
-    next_obs, _ = envs.reset()
-    next_obs = torch.as_tensor(next_obs).to(device)
-    next_done = torch.zeros(args.num_envs).to(device)
-
-    # --resume: the run as saved, at the start of an iteration (checkpoints fall there only)
-    global_step, first, episodic_return = checkpoint.resume(global_step, 1, episodic_return)
-    for iteration in range(first, args.num_iterations + 1):
-        checkpoint.tick(global_step, iteration, episodic_return)  # a checkpoint when one is due, or asked for
-        progress.tick(global_step)
+    def collect(global_step, next_obs, next_done, episodic_return):
+        """One rollout: `num_steps` steps of every env, written into `rollout`; returns the loop's values after it."""
         for step in range(0, args.num_steps):
             global_step += args.num_envs
             rollout["obs"][step] = next_obs
@@ -331,6 +319,23 @@ def main(args: Args) -> None:
                 writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                 writer.add_scalar("charts/episodic_length", episodic_length, global_step)
             progress.update(args.num_envs)
+        return global_step, next_obs, next_done, episodic_return
+
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
+    checkpoint = harness.Checkpoint(args, writer, dict(agent=agent, optimizer=optimizer), envpool=True)
+
+    # TRY NOT TO MODIFY: start the game
+    global_step = 0
+    next_obs, _ = envs.reset()
+    next_obs = torch.as_tensor(next_obs).to(device)
+    next_done = torch.zeros(args.num_envs).to(device)
+
+    # --resume: the run as saved, at the start of an iteration (checkpoints fall there only)
+    global_step, first, episodic_return = checkpoint.resume(global_step, 1, episodic_return)
+    for iteration in range(first, args.num_iterations + 1):
+        checkpoint.tick(global_step, iteration, episodic_return)  # a checkpoint when one is due, or asked for
+        progress.tick(global_step)
+        global_step, next_obs, next_done, episodic_return = collect(global_step, next_obs, next_done, episodic_return)
 
         # bootstrap value if not done
         rewards, values, dones = rollout["rewards"], rollout["values"], rollout["dones"]

@@ -5,42 +5,40 @@ scalars of `ppo_atari_envpool.py`, written with JAX, flax linen (a model is a pu
 function of a params pytree, which `jax.jit` and `lax.scan` take directly) and optax.
 What it does differently, and why:
 
-1. the whole rollout is one jitted `lax.scan`: envpool's XLA interface
-   (`envs.xla()`) puts the environment step inside the compiled function, so the
-   policy's forward pass, the categorical sample (the PRNG key split inside), the
-   step of the 84x84 frames and the writes into the rollout storage never return to
-   Python between steps; the host sees the rollout once per iteration, to log the
-   finished games. Host stepping (`envs.step(np.asarray(action))` after a jitted
-   acting step) pays a dispatch, a wait and copies of the frames at every step, which
-   the XLA rollout does without, keeping the loop to one host crossing per iteration
-   (how the two compare in speed is in no committed output);
-2. the whole update is one jitted function: the bootstrap value, GAE as a reverse
-   `lax.scan`, and all epochs x minibatches as one `lax.scan`, with each epoch's
-   permutation drawn inside from the key, the loss, its gradient, the gradient
-   clipping and the Adam step; the train state is donated, so the new parameters
-   overwrite the old ones. On the CPU both scans are unrolled, so that XLA compiles
-   the convolutions' backward pass as straight-line code, not inside the while loop a
-   rolled scan compiles to, where XLA's CPU backend was seen to run it much slower
-   when this script was written (no committed output measures the two); unrolled,
-   compilation takes longer, more so the more epochs x minibatches;
-3. the Nature CNN runs in NHWC, XLA's native convolution layout: the uint8 frames are
-   transposed once, when they are acted on, and stored so. `--save-model` converts
-   the weights to the eager script's layout (OIHW convolutions, and the first Dense
-   layer's inputs reordered from the NHWC flatten to torch's NCHW one), so that its
-   `Agent` loads them (`leanrl_utils/evals.py`'s `load_policy`); the trained policy
-   itself is played in JAX, sampling its actions from JAX's PRNG;
-4. the learning rate is an argument of the update (annealed by the host as the
-   eager script does): no recompilation when it changes;
-5. `--target-kl` skips the epochs after the one that crossed it (`lax.cond`),
-   where the eager script breaks out of its loop: a scan has a fixed length;
-6. random numbers come from JAX's PRNG (threefry), not torch's: the same seed gives
-   the same run every time, but not the eager script's run. The environments are
-   seeded as in the eager script;
-7. the categorical policy is written out (log-softmax), gradients are clipped as
-   torch's `clip_grad_norm_` does (max_norm / (norm + 1e-6)), and Adam is optax's
-   `scale_by_adam` with torch's eps (1e-5 here), times the learning rate;
-8. the progress bar moves once per rollout, and the training statistics are fetched
-   once per iteration, when they are logged.
+- [xla-rollout] the whole rollout is one jitted `lax.scan`: envpool's XLA interface (`envs.xla()`) puts the
+  environment step inside the compiled function, so the policy's forward pass, the categorical sample (the PRNG key
+  split inside), the step of the 84x84 frames and the writes into the rollout storage never return to Python between
+  steps; the host sees the rollout once per iteration, to log the finished games. Host stepping
+  (`envs.step(np.asarray(action))` after a jitted acting step) pays a dispatch, a wait and copies of the frames at
+  every step, which the XLA rollout does without, keeping the loop to one host crossing per iteration (how the two
+  compare in speed is in no committed output);
+- [jit-update] the whole update is one jitted function: the bootstrap value, GAE as a reverse `lax.scan`, and all
+  epochs x minibatches as one `lax.scan`, with each epoch's permutation drawn inside from the key, the loss, its
+  gradient, the gradient clipping and the Adam step; the train state is donated, so the new parameters overwrite the
+  old ones. On the CPU both scans are unrolled, so that XLA compiles the convolutions' backward pass as
+  straight-line code, not inside the while loop a rolled scan compiles to, where XLA's CPU backend was seen to run
+  it much slower when this script was written (no committed output measures the two); unrolled, compilation takes
+  longer, more so the more epochs x minibatches;
+- [channels-last] the Nature CNN runs in NHWC, XLA's native convolution layout: the uint8 frames are transposed
+  once, when they are acted on, and stored so. `--save-model` converts the weights to the eager script's layout
+  (OIHW convolutions, and the first Dense layer's inputs reordered from the NHWC flatten to torch's NCHW one), so
+  that its `Agent` loads them (`leanrl_utils/evals.py`'s `load_policy`); the trained policy itself is played in JAX,
+  sampling its actions from JAX's PRNG;
+- [lr-tensor] the learning rate is an argument of the update (annealed by the host as the eager script does): no
+  recompilation when it changes;
+- [target-kl-cond] `--target-kl` skips the epochs after the one that crossed it (`lax.cond`), where the eager script
+  breaks out of its loop: a scan has a fixed length;
+- [jax-prng] random numbers come from JAX's PRNG (threefry), not torch's: the same seed gives the same run every
+  time, but not the eager script's run. The environments are seeded as in the eager script;
+- [torch-formulas] the categorical policy is written out (log-softmax), gradients are clipped as torch's
+  `clip_grad_norm_` does (max_norm / (norm + 1e-6)), and Adam is optax's `scale_by_adam` with torch's eps (1e-5
+  here), times the learning rate;
+- [no-sync] the progress bar moves once per rollout, and the training statistics are fetched once per iteration,
+  when they are logged;
+- [jax-shared] shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic` as
+  `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a train state that is a
+  plain `NamedTuple` of params and optax states (flax's `TrainState` would add an `apply_fn` that the jitted
+  functions, which close over their networks, never call).
 
 As in the eager script:
 - envpool resets an environment on the step *after* it reports done (a lost life
@@ -52,11 +50,7 @@ As in the eager script:
   differ: a game's length is envpool's count of its agent steps (CleanRL's also
   counts the reset steps), and a truncated game (the 108k-frame limit) is logged
   and its sum restarts (CleanRL logs it never and carries its sum into the next
-  game);
-- shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic`
-  as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a
-  train state that is a plain `NamedTuple` of params and optax states (flax's `TrainState` would
-  add an `apply_fn` that the jitted functions, which close over their networks, never call).
+  game).
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 

@@ -1,55 +1,36 @@
 """PPO on Atari through envpool on several processes (`torch.distributed`), made fast.
 
-The algorithm, defaults and distributed scheme of `ppo_atari_envpool_multigpu.py`
-(each rank its own envs, identical starting weights, gradients averaged across ranks
-before each optimizer step), and on the CPU each rank's random-number stream, with the
-optimizations of `ppo_atari_envpool_torchcompile.py`; `--compile` and `--cudagraphs`
-keep their meaning. What changes against the eager multi-process script:
+The algorithm, defaults and distributed scheme of `ppo_atari_envpool_multigpu.py` (each rank its own envs, identical
+starting weights, gradients averaged across ranks before each optimizer step), and on the CPU each rank's random
+numbers, with the optimizations of `ppo_atari_envpool_torchcompile.py`. Each optimization is named, the same name in
+every pair, and each change from the eager script carries its name in its comment, so that the pair's `diff -u`
+reads as this list (what each measured: docs/optimizations.md, docs/torchrun.md):
 
-1. frames and convolution weights in the channels-last layout, a choice rather than a
-   rule: on the CPU, oneDNN ran this network's forward and backward faster so on the one
-   CPU measured (docs/optimizations.md); on CUDA it follows NVIDIA's guidance, unmeasured
-   here: torch runs float32 convolutions on tensor cores (TF32, its default), whose cuDNN
-   kernels work in this layout (other layouts are transposed around them);
-2. the categorical policy is written out (no Distribution object and its checks);
-3. the policy that acts runs the trained weights detached, in a weightless copy: no
-   `torch.no_grad()` block around each step;
-4. GAE runs as a reverse scan over fixed-size chunks, its per-step terms computed for
-   all steps at once: under `--compile` a compiled chunk replaces the eager loop's
-   dozen or so small ops per time step, and compiles once whatever the rollout length;
-5. the learning rate lives in a tensor annealed in place: no recompilation;
-6. torch's fused Adam: one call per step over every weight, its state on the device,
-   capturable in a CUDA graph;
-7. the gradients' average: the eager script's one all-reduce of all of them, flattened,
-   then divided in place and copied back with one fused `torch._foreach_copy_` instead
-   of a copy per tensor, outside the compiled loss and backward;
-8. `--compile`: `torch.compile` of the acting step, of the GAE chunk and of the
-   minibatch loss with its backward pass (the all-reduce and the fused optimizer step
-   stay eager); on the CPU with inductor's C++ wrapper (kernels called from C++);
-9. `--cudagraphs` (NCCL on CUDA): the acting step, GAE and the whole minibatch update,
-   all-reduce included, each replayed as a CUDA graph (tensordict's `CudaGraphModule`: a
-   replay also copies the call's tensors in and clones the outputs; without CUDA it calls
-   each function on clones of its tensor arguments); a watched collective after the
-   updates keeps `--dist-timeout` (`heartbeat`, after the update loop);
-10. no `.item()` in the hot loop: statistics stay on the device until logging.
-11. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`),
-   so that it reproduces the run without it, for draws left out of the kernels' fusion;
-   on a GPU inductor's own generator stays on, fused, and draws other numbers.
-
-Each change from the eager script is tagged in its comment with its number here
-([N]), so that `diff -u ppo_atari_envpool_multigpu.py ppo_atari_envpool_multigpu_torchcompile.py`
-reads as this list.
-
-What these choices measure on a CPU: docs/torchrun.md and docs/compile_scope.md.
+- [channels-last] frames and convolution weights in the channels-last layout, which oneDNN's CPU kernels and
+  cuDNN's tensor-core kernels work in;
+- [no-distribution] the categorical policy written out, without a `Distribution` object and its checks;
+- [detached-policy] the policy that acts runs the trained weights detached, in a weightless copy;
+- [gae-chunks] GAE's reverse scan over fixed-size chunks: one compiled chunk, compiled once;
+- [lr-tensor] the learning rate a tensor annealed in place: no recompilation;
+- [fused-adam] torch's fused Adam: one call per step over every weight, its state on the device, capturable;
+- [flat-allreduce] the gradients averaged with one all-reduce of all of them, flattened, divided in place and copied
+  back with one fused `torch._foreach_copy_`, outside the compiled loss and backward;
+- [compile] `--compile`: `torch.compile` of the acting step, of the GAE chunk and of the minibatch loss with its
+  backward pass (the all-reduce and the fused Adam step stay eager);
+- [cudagraphs] `--cudagraphs` (NCCL on CUDA): the acting step, GAE and the whole minibatch update, all-reduce
+  included, each replayed as a CUDA graph (tensordict's `CudaGraphModule`); a watched collective after the updates
+  keeps `--dist-timeout`;
+- [no-sync] no `.item()` in the hot loop: statistics stay on the device until logging;
+- [fallback-random] `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`), so that it
+  reproduces the run without it; on a GPU inductor's own generator, fused, draws others.
 
     torchrun --standalone --nproc_per_node=2 leanrl/ppo_atari_envpool_multigpu_torchcompile.py --compile
     torchrun --nnodes=2 --nproc_per_node=2 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT \
         leanrl/ppo_atari_envpool_multigpu_torchcompile.py --compile
 
-Without torchrun it runs as a single rank. Only rank 0 writes TensorBoard; its
-`charts/SPS` counts the steps of all ranks, and its episode statistics are the games
-of all ranks. A rank that stops (an error, a killed process) ends the run of the
-others with an error within `--dist-timeout` seconds.
+Without torchrun it runs as a single rank. Only rank 0 writes TensorBoard; its `charts/SPS` counts the steps of all
+ranks, and its episode statistics are the games of all ranks. A rank that stops (an error, a killed process) ends
+the run of the others with an error within `--dist-timeout` seconds.
 """
 
 import datetime
@@ -218,13 +199,11 @@ class Agent(nn.Module):
         )
         self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
-        self.to(memory_format=torch.channels_last)  # [1] the convolutions' weights (see frames)
+        self.to(memory_format=torch.channels_last)  # [channels-last] the convolutions' weights (see frames)
 
     @staticmethod
     def frames(x):
-        # [1] the uint8 frames as floats in [0, 1], in the channels-last layout of the convolutions' weights, by
-        # choice, not rule: faster on the one CPU measured (oneDNN), and on CUDA the layout of the tensor-core
-        # kernels torch runs float32 convolutions on (TF32), which other layouts are transposed for (unmeasured)
+        # [channels-last] the uint8 frames as floats in [0, 1], in the layout the convolution kernels work in
         return x.contiguous(memory_format=torch.channels_last) / 255.0
 
     def get_value(self, x):
@@ -233,8 +212,7 @@ class Agent(nn.Module):
     def get_action_and_value(self, x, action=None):
         hidden = self.network(self.frames(x))
         logits = self.actor(hidden)
-        # [2] the categorical distribution written out: no Distribution object, whose argument checks
-        # cost Python time (and a host sync on a GPU); same formulas as torch.distributions.Categorical
+        # [no-distribution] torch.distributions.Categorical's formulas written out: no object, no argument checks
         logits = logits - logits.logsumexp(dim=-1, keepdim=True)
         probs = logits.softmax(dim=-1)
         if action is None:
@@ -250,7 +228,7 @@ def masked_mean(x, mask, count):
 
 
 def gae_deltas(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
-    """[4] The per-step terms of GAE, all steps at once: A[t] = delta[t] + coef[t] * A[t + 1]."""
+    """[gae-chunks] The per-step terms of GAE, all steps at once: A[t] = delta[t] + coef[t] * A[t + 1]."""
     nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
     nextvalues = torch.cat([values[1:], next_value])
     delta = rewards + gamma * nextvalues * nextnonterminal - values
@@ -258,7 +236,7 @@ def gae_deltas(rewards, values, dones, next_value, next_done, gamma: float, gae_
 
 
 def gae_chunk(delta, coef, lastgaelam):
-    """[4] The reverse scan over one chunk of steps; returns the chunk's advantages and the carry."""
+    """[gae-chunks] The reverse scan over one chunk of steps; returns the chunk's advantages and the carry."""
     advantages = []
     for t in reversed(range(delta.shape[0])):
         lastgaelam = delta[t] + coef[t] * lastgaelam
@@ -267,7 +245,7 @@ def gae_chunk(delta, coef, lastgaelam):
 
 
 def chunk_size(num_steps: int, most: int = 64) -> int:
-    """[4] The largest divisor of num_steps up to `most`: every chunk has the same shape (one compilation)."""
+    """[gae-chunks] The largest divisor of num_steps up to `most`: every chunk has the same shape (one compilation)."""
     return max(c for c in range(1, min(most, num_steps) + 1) if num_steps % c == 0)
 
 
@@ -320,8 +298,7 @@ def main(args: Args) -> None:
     if distributed:
         backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.dist_timeout))
-    # [9] CUDA graphs exist on CUDA devices only: without CUDA, --cudagraphs runs without them (the harness said
-    # so; tensordict's CudaGraphModule then calls each function on clones of its tensor arguments)
+    # [cudagraphs] CUDA graphs on CUDA devices only: elsewhere --cudagraphs runs without them (the harness said so)
     graphs = args.cudagraphs and device.type == "cuda"
     if graphs and distributed and dist.get_backend() == "gloo":
         harness.fail("--cudagraphs: gloo's all-reduce of CUDA tensors goes through the host, which a CUDA graph cannot "
@@ -335,19 +312,17 @@ def main(args: Args) -> None:
     if distributed:  # the same seed built the same weights; rank 0's, sent to all, make sure of it
         for param in agent.parameters():
             dist.broadcast(param.data, src=0)
-    # [3] the policy that acts reads the same weights, detached: its outputs need no autograd bookkeeping
-    # without a torch.no_grad() block around each step
+    # [detached-policy] the policy that acts reads the same weights detached: no autograd bookkeeping
     with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
         agent_inference = Agent(envs)
     from_module(agent).data.to_module(agent_inference, preserve_module_state=False)
 
-    def policy(obs):  # [3] the acting step, on the detached weights
+    def policy(obs):  # [detached-policy] the acting step, on the detached weights
         action, logprob, _, value = agent_inference.get_action_and_value(obs)
         return action, logprob, value.flatten()
 
-    # [5] the learning rate is a tensor annealed in place: compiled code and CUDA graphs read its new value;
-    # [6] fused: one call per step over every weight, its state on the device; capturable under CUDA graphs: a
-    # replayed step reads its step count on the device
+    # [lr-tensor] the learning rate a tensor annealed in place; [fused-adam] one call per step over every weight,
+    # capturable, for --cudagraphs to replay it
     optimizer = optim.Adam(agent.parameters(), lr=torch.tensor(args.learning_rate, device=device), eps=1e-5,
                            fused=True, capturable=graphs)
     # from here on, each rank its own random numbers (actions, minibatches)
@@ -361,7 +336,7 @@ def main(args: Args) -> None:
     rollout["actions"] = torch.zeros(shape, dtype=torch.long).to(device)  # integers, as sampled
 
     def gae(rewards, values, dones, next_obs, next_done):
-        """[4] GAE by chunks, bootstrapped from the value of the observation after the rollout's last step: the
+        """[gae-chunks] GAE by chunks, bootstrapped from the value of the observation after the rollout's last step: the
         per-step terms for all steps at once, then the reverse scan chunk by chunk, from the last chunk back;
         returns the advantages and the returns. One function, for --cudagraphs to replay whole."""
         with torch.no_grad():
@@ -425,8 +400,8 @@ def main(args: Args) -> None:
         losses = loss_and_grads(mb)
         if distributed:
             # the ranks average their gradients: one all-reduce of all of them, flattened
-            # [7] outside the compiled loss and backward, no DDP wrapper to read through (the DDP variants: the docstring's
-            # page); divided in place, then one fused copy back, not a copy per tensor (reshape: channels-last gradients)
+            # [flat-allreduce] outside the compiled loss and backward; divided in place, then one fused copy back, not a
+            # copy per tensor (reshape: channels-last gradients)
             flat = torch.cat([param.grad.reshape(-1) for param in agent.parameters()])
             dist.all_reduce(flat, op=dist.ReduceOp.SUM)
             flat /= args.world_size
@@ -444,36 +419,26 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.batch_size, disable=rank != 0)
     episodic_return = float("nan")
 
-    gae_chunk_fn = gae_chunk  # [8] the GAE chunk, compiled with --compile
-    if args.compile:  # [8]
-        # [11] on the CPU compiled code draws its random numbers from torch's generator, as eager
-        # code does (the run without --compile reproduced); on a GPU inductor's own, fused, draws others
-        if device.type == "cpu":  # (on a GPU the setting is left as it is)
-            torch._inductor.config.fallback_random = True
+    gae_chunk_fn = gae_chunk  # [compile] the GAE chunk, compiled with --compile
+    if args.compile:  # [compile]
         if device.type == "cpu":
-            # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated
-            # Python function, which cuts the fixed cost of each call of these small programs (on a GPU,
-            # --cudagraphs replays them as CUDA graphs instead)
-            torch._inductor.config.cpp_wrapper = True
-        # trace loss.backward() into the compiled graph: forward and backward become one graph
+            # [fallback-random] compiled code draws from torch's generator, as eager code does: the same numbers
+            torch._inductor.config.fallback_random = True
+            torch._inductor.config.cpp_wrapper = True  # kernels called from C++: a smaller fixed cost per call
+        # the backward pass traced into the loss's graph; the all-reduce and the fused Adam step stay eager
         torch._dynamo.config.trace_autograd_ops = True
         policy = torch.compile(policy)
-        gae_chunk_fn = torch.compile(gae_chunk)  # a chunk unrolls into one fused kernel
-        # the all-reduce and the optimizer step stay eager: the step is one fused call, which compiled would add
-        # graph breaks (torch.optim breaks the graph around step() by design)
+        gae_chunk_fn = torch.compile(gae_chunk)
         loss_and_grads = torch.compile(loss_and_grads)
 
     if args.cudagraphs:
-        # [9] the acting step, GAE and the whole minibatch update (zero_grad, forward, backward, all-reduce,
-        # clipping, step) each become one graph replay, which also copies the call's tensors into the graph's
-        # inputs and clones its outputs (a few launches beside the graph); the warm-up calls before the capture
-        # let compilation finish. Without CUDA the wrapper stays: it calls each function on clones of its tensor
-        # arguments (a copy per call, the minibatch's frames included)
+        # [cudagraphs] the acting step, GAE and the whole minibatch update (all-reduce included) each one graph
+        # replay, captured once the warm-up calls have let compilation finish
         warmup = 4 if args.compile else 2
         policy = CudaGraphModule(policy, warmup=warmup)
         gae = CudaGraphModule(gae, warmup=warmup)
         update = CudaGraphModule(update, warmup=warmup)
-    heartbeat = torch.zeros(1, device=device)  # [9] the watched collective after the updates (see below)
+    heartbeat = torch.zeros(1, device=device)  # [cudagraphs] the watched collective after the updates (see below)
 
     # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
     checkpoint = harness.Checkpoint(args, writer, dict(agent=agent, optimizer=optimizer), envpool=True)
@@ -492,7 +457,7 @@ def main(args: Args) -> None:
         # Annealing the rate if instructed to do so.
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # [5] in place: no recompilation
+            optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # [lr-tensor] in place: no recompilation
 
         games = []
         for step in range(0, args.num_steps):
@@ -501,7 +466,7 @@ def main(args: Args) -> None:
             rollout["dones"][step] = next_done
 
             # ALGO LOGIC: action logic
-            action, logprob, value = policy(next_obs)  # [3] on the detached weights (compiled, graphed with the flags)
+            action, logprob, value = policy(next_obs)  # [detached-policy] on the detached weights (compiled, graphed with the flags)
             rollout["values"][step] = value
             rollout["actions"][step] = action
             rollout["logprobs"][step] = logprob
@@ -516,7 +481,7 @@ def main(args: Args) -> None:
             progress.update(args.num_envs * args.world_size)
 
         # bootstrap value if not done
-        advantages, returns = gae(rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done)  # [4]
+        advantages, returns = gae(rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done)  # [gae-chunks]
 
         # flatten the batch: each field, (steps, envs, ...) -> (steps x envs, ...)
         batch = {key: x.flatten(0, 1) for key, x in dict(rollout, advantages=advantages, returns=returns).items()}
@@ -530,7 +495,7 @@ def main(args: Args) -> None:
                 end = start + args.minibatch_size
                 mb_inds = b_inds[start:end]
                 losses = update({key: x[mb_inds] for key, x in batch.items()})
-                clipfracs += [losses["clipfrac"]]  # [10] left on the device until logging (no .item() here)
+                clipfracs += [losses["clipfrac"]]  # [no-sync] left on the device until logging
 
             # every rank takes the same decision, on the ranks' mean: a rank that stopped alone would leave
             # the others waiting in their next all-reduce (with --target-kl, each epoch ends with an all-reduce
@@ -538,12 +503,8 @@ def main(args: Args) -> None:
             if args.target_kl is not None and mean_over_ranks(losses["approx_kl"], args.world_size) > args.target_kl:
                 break
 
-        # [9] what keeps --dist-timeout under --cudagraphs with NCCL: the watchdog does not watch the all-reduces
-        # replayed from the update's graph, so if a rank died during the updates, anything that waits on the
-        # device would wait forever. This plain all-reduce of a preallocated device tensor is enqueued behind
-        # them without waiting and is watched: it times out, and the watchdog ends the run. It comes before
-        # any host read and before the gather of the games below, an object collective that first copies
-        # its pickled object to the device (a copy that waits)
+        # [cudagraphs] NCCL's watchdog does not watch the all-reduces a graph replays: this plain one, enqueued behind
+        # them, is watched, so a dead rank ends the run within --dist-timeout; it comes before any host read
         if distributed:
             dist.all_reduce(heartbeat)
         # the games that ended on every rank, logged by rank 0
@@ -559,7 +520,7 @@ def main(args: Args) -> None:
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes (the last minibatch's losses, the mean clip fraction)
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        harness.log_losses(writer, dict(losses, clipfrac=torch.stack(clipfracs).mean(),  # [10] one read, here
+        harness.log_losses(writer, dict(losses, clipfrac=torch.stack(clipfracs).mean(),  # [no-sync] one read, here
                                         explained_variance=explained_var), global_step)
         progress.log(global_step, episodic_return)
     checkpoint.close(global_step, args.num_iterations + 1, episodic_return)

@@ -1,49 +1,31 @@
 """Proximal Policy Optimization (PPO) on Atari through envpool, made fast.
 
-The algorithm and defaults of `ppo_atari_envpool.py`, and on the CPU its random-number
-stream; only the execution changes. Each optimization carries a comment saying what it
-saves:
+The algorithm, defaults and, on the CPU, random numbers of `ppo_atari_envpool.py`; only the execution changes. Each
+optimization is named, the same name in every pair, and each change from the eager script carries its name in its
+comment, so that `diff -u ppo_atari_envpool.py ppo_atari_envpool_torchcompile.py` reads as this list (what each
+measured: docs/optimizations.md):
 
-1. frames and convolution weights in the channels-last layout, a choice rather than a
-   rule: on the CPU, oneDNN ran this network's forward and backward faster so on the one
-   CPU measured (docs/optimizations.md); on CUDA it follows NVIDIA's guidance, unmeasured
-   here: torch runs float32 convolutions on tensor cores (TF32, its default), whose cuDNN
-   kernels work in this layout (other layouts are transposed around them);
-2. the categorical policy is written out (no Distribution object and its checks);
-3. the policy that acts runs the trained weights detached, in a weightless copy: no
-   `torch.no_grad()` block around each step;
-4. GAE runs as a reverse scan over fixed-size chunks, its per-step terms computed for
-   all steps at once: under `--compile` a compiled chunk replaces the eager loop's
-   dozen or so small ops per time step, and compiles once whatever the rollout length;
-5. the learning rate lives in a tensor annealed in place: no recompilation;
-6. the minibatch update takes its gradients from `torch.autograd.grad` (nothing to zero)
-   and clips them and steps Adam written out over tensors (the `Adam` class): nothing in it
-   breaks a compiled graph, so that the update, up to the Adam step, can be one program;
-7. `--compile`: `torch.compile` of the acting step, of the GAE chunk and of the whole
-   minibatch update (loss, backward, gradient clipping, Adam step), each one graph; on
-   the CPU with inductor's C++ wrapper (kernels called from C++);
-8. `--cudagraphs`: the acting step, GAE and the whole minibatch update each replayed as
-   a CUDA graph (tensordict's `CudaGraphModule`: a replay also copies the call's tensors
-   in and clones the outputs); without CUDA the wrapper stays and calls each function on
-   clones of its tensor arguments (a copy per call);
-9. no `.item()` in the hot loop: statistics stay on the device until logging.
-10. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`),
-   so that it reproduces the run without it, for draws left out of the kernels' fusion;
-   on a GPU inductor's own generator stays on, fused, and draws other numbers.
-11. `--async-envs`: the envs in two halves (an envpool each, seeded as one pool's halves),
-   each stepping while the policy acts on the other (send/recv): the same games and draws,
-   the acting step rounded at half the batch. Off by default: it gains only where stepping
-   half the envs beats all of them (fewer free cores than envs): docs/optimizations.md.
+- [channels-last] frames and convolution weights in the channels-last layout, which oneDNN's CPU kernels and
+  cuDNN's tensor-core kernels work in (other layouts are transposed around them);
+- [no-distribution] the categorical policy written out, without a `Distribution` object and its checks;
+- [detached-policy] the policy that acts runs the trained weights detached, in a weightless copy;
+- [gae-chunks] GAE's reverse scan over fixed-size chunks, its per-step terms for all steps at once: one compiled
+  chunk, compiled once whatever the rollout's length;
+- [lr-tensor] the learning rate a tensor annealed in place: no recompilation;
+- [adam] gradients as values (`torch.autograd.grad`), clipping and Adam written out over tensors: nothing breaks a
+  compiled graph, so that the minibatch update, up to the Adam step, can be one program;
+- [compile] `--compile`: `torch.compile` of the acting step, of the GAE chunk and of the whole minibatch update;
+- [cudagraphs] `--cudagraphs`: the acting step, GAE and the whole minibatch update each replayed as one CUDA graph
+  (tensordict's `CudaGraphModule`);
+- [no-sync] no `.item()` in the hot loop: statistics stay on the device until logging;
+- [fallback-random] `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`), so that it
+  reproduces the run without it; on a GPU inductor's own generator, fused, draws others;
+- [async-envs] `--async-envs`: the envs in two halves (an envpool each, seeded as one pool's halves), each stepping
+  while the policy acts on the other (`send`/`recv`): the same games and draws. Off by default: it gains only where
+  stepping half the envs beats stepping all of them (fewer free cores than envs).
 
-Each change from the eager script is tagged in its comment with its number here
-([N]), so that `diff -u ppo_atari_envpool.py ppo_atari_envpool_torchcompile.py`
-reads as this list.
-
-As in the eager script (its docstring says more): envpool's reset step after a done,
-which ignores the action, is no transition and is masked out of the losses; the
-episode statistics are the real game's (all lives, unclipped rewards).
-
-What these choices measure on a CPU: docs/speed.md and docs/limits.md.
+As in the eager script (its docstring says more): envpool's reset step after a done is no transition and is masked
+out of the losses; the episode statistics are the real game's.
 
     python leanrl/ppo_atari_envpool_torchcompile.py --compile --cudagraphs
 """
@@ -128,7 +110,7 @@ class Args:
     cudagraphs: bool = False
     """whether to use CUDA graphs (needs CUDA)"""
     async_envs: bool = False
-    """[11] step each half of the envs while the policy acts on the other half (an even --num-envs)"""
+    """[async-envs] step each half of the envs while the policy acts on the other half (an even --num-envs)"""
 
     # to be filled in runtime
     batch_size: int = 0
@@ -154,8 +136,6 @@ def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):
         harness.fail(f"--env-id {args.env_id!r}: envpool has no such environment (Atari ids look like Breakout-v5)")
     if type(envpool.make_spec(args.env_id)).__name__ != "AtariEnvSpec":
         harness.fail(f"--env-id {args.env_id!r}: not an Atari game (this script is for envpool's Atari ids, e.g. Breakout-v5)")
-    if args.async_envs and num_envs is None:  # [11] the run's envs, in two halves
-        return EnvHalves(args, args.seed if seed is None else seed)
     envs = envpool.make(
         args.env_id,
         env_type="gymnasium",
@@ -168,19 +148,16 @@ def make_envs(args: Args, num_envs: int | None = None, seed: int | None = None):
 
 
 class EnvHalves:
-    """[11] The run's envs in two halves, each an envpool of its own seeded as the halves of one pool (env i with
-    seed + i: the same games), so that one half steps while the policy acts on the other (envpool's send/recv)."""
+    """[async-envs] The run's envs in two halves, each an envpool seeded as the halves of one pool (env i with seed + i:
+    the same games), so that one half steps while the policy acts on the other (envpool's send/recv)."""
 
     def __init__(self, args: Args, seed: int):
         half = args.num_envs // 2
         self.pools = [make_envs(args, num_envs=half, seed=seed + i * half) for i in range(2)]
         self.slices = [slice(0, half), slice(half, args.num_envs)]
         self.stats = [EpisodeStats(half) for _ in self.pools]
-        self.single_observation_space, self.single_action_space = (self.pools[0].single_observation_space,
-                                                                    self.pools[0].single_action_space)
-
-    def reset(self):  # both halves' first frames, as one pool's reset returns them
-        return np.concatenate([pool.reset()[0] for pool in self.pools]), {}
+        for pool in self.pools:  # their first frames are the run's pool's, which main() resets
+            pool.reset()
 
     def collect(self, policy, rollout, global_step, next_obs, next_done, episodic_return, writer, progress):
         """The rollout of main()'s synchronous loop, the halves overlapped: at step t half A's results of step t - 1
@@ -235,7 +212,7 @@ class EpisodeStats:
 
 
 class Adam:
-    """[6] torch.optim.Adam's arithmetic (no weight decay, no amsgrad) written out over lists of tensors.
+    """[adam] torch.optim.Adam's arithmetic (no weight decay, no amsgrad) written out over lists of tensors.
 
     torch.optim's step() breaks a compiled graph on purpose (before and after it) and reads its step
     count on the host; written out, torch.compile traces the step into the update's program, where
@@ -249,9 +226,7 @@ class Adam:
         self.lr = torch.tensor(lr, device=device)
         self.param_groups = [{"lr": self.lr}]  # where torch.optim keeps it, for the loop to anneal and log
         self.t = torch.zeros((), dtype=torch.float64, device=device)  # steps taken
-        # the bias corrections of the next step, 1 / (1 - beta1**t) and sqrt(1 - beta2**t), kept ready: the
-        # compiled loops over the weights read two numbers, where computed in the step they would recompute
-        # a power and a square root every few elements
+        # the next step's bias corrections, kept ready: the compiled loops over the weights read two numbers
         self.inv_bias_correction1 = torch.tensor(1 / (1 - betas[0]), device=device)
         self.bias_correction2_sqrt = torch.tensor((1 - betas[1]) ** 0.5, device=device)
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
@@ -259,8 +234,7 @@ class Adam:
 
     @torch.no_grad()
     def step(self, grads) -> None:
-        # one foreach call per operation over every tensor: in eager mode too a step is a few calls, not a few
-        # per weight (on a GPU a few kernels; on a CPU each call loops over the tensors inside)
+        # one foreach call per operation over every tensor: a step is a few calls, not a few per weight
         torch._foreach_lerp_(self.exp_avg, grads, 1 - self.beta1)
         torch._foreach_mul_(self.exp_avg_sq, self.beta2)
         torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, 1 - self.beta2)
@@ -269,9 +243,7 @@ class Adam:
         steps = torch._foreach_div(self.exp_avg, denom)
         torch._foreach_mul_(steps, -self.lr * self.inv_bias_correction1)
         torch._foreach_add_(self.params, steps)
-        # the next step's bias corrections, in float64 as torch.optim computes them on the host (in float32,
-        # 1 - 0.999**t is off by about 1e-5 at the first steps)
-        self.t += 1
+        self.t += 1  # the next step's bias corrections, in float64 as torch.optim computes them
         self.inv_bias_correction1.copy_(1 / (1 - self.beta1 ** (self.t + 1)))
         self.bias_correction2_sqrt.copy_((1 - self.beta2 ** (self.t + 1)).sqrt())
 
@@ -298,13 +270,11 @@ class Agent(nn.Module):
         )
         self.actor = layer_init(nn.Linear(512, envs.single_action_space.n), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
-        self.to(memory_format=torch.channels_last)  # [1] the convolutions' weights (see frames)
+        self.to(memory_format=torch.channels_last)  # [channels-last] the convolutions' weights (see frames)
 
     @staticmethod
     def frames(x):
-        # [1] the uint8 frames as floats in [0, 1], in the channels-last layout of the convolutions' weights, by
-        # choice, not rule: faster on the one CPU measured (oneDNN), and on CUDA the layout of the tensor-core
-        # kernels torch runs float32 convolutions on (TF32), which other layouts are transposed for (unmeasured)
+        # [channels-last] the uint8 frames as floats in [0, 1], in the layout the convolution kernels work in
         return x.contiguous(memory_format=torch.channels_last) / 255.0
 
     def get_value(self, x):
@@ -313,13 +283,11 @@ class Agent(nn.Module):
     def get_action_and_value(self, x, action=None):
         hidden = self.network(self.frames(x))
         logits = self.actor(hidden)
-        # [2] the categorical distribution written out: no Distribution object, whose argument checks
-        # cost Python time (and a host sync on a GPU); same formulas as torch.distributions.Categorical
+        # [no-distribution] torch.distributions.Categorical's formulas written out: no object, no argument checks
         logits = logits - logits.logsumexp(dim=-1, keepdim=True)
         probs = logits.softmax(dim=-1)
         if action is None:
-            # torch.multinomial's draw written out (exponential noise, the argmax of probs / noise): its numbers without
-            # its check of the probabilities (several ops a call); on the CPU the same draws at once or by halves
+            # torch.multinomial's draw (the argmax of probs / exponential noise), without its checks: the same numbers
             action = (probs / torch.empty_like(probs).exponential_()).argmax(dim=-1)
         log_prob = logits.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(logits.clamp(min=torch.finfo(logits.dtype).min) * probs).sum(-1)
@@ -332,7 +300,7 @@ def masked_mean(x, mask, count):
 
 
 def gae_deltas(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
-    """[4] The per-step terms of GAE, all steps at once: A[t] = delta[t] + coef[t] * A[t + 1]."""
+    """[gae-chunks] The per-step terms of GAE, all steps at once: A[t] = delta[t] + coef[t] * A[t + 1]."""
     nextnonterminal = 1.0 - torch.cat([dones[1:], next_done[None]])
     nextvalues = torch.cat([values[1:], next_value])
     delta = rewards + gamma * nextvalues * nextnonterminal - values
@@ -340,7 +308,7 @@ def gae_deltas(rewards, values, dones, next_value, next_done, gamma: float, gae_
 
 
 def gae_chunk(delta, coef, lastgaelam):
-    """[4] The reverse scan over one chunk of steps; returns the chunk's advantages and the carry."""
+    """[gae-chunks] The reverse scan over one chunk of steps; returns the chunk's advantages and the carry."""
     advantages = []
     for t in reversed(range(delta.shape[0])):
         lastgaelam = delta[t] + coef[t] * lastgaelam
@@ -349,7 +317,7 @@ def gae_chunk(delta, coef, lastgaelam):
 
 
 def chunk_size(num_steps: int, most: int = 64) -> int:
-    """[4] The largest divisor of num_steps up to `most`: every chunk has the same shape (one compilation)."""
+    """[gae-chunks] The largest divisor of num_steps up to `most`: every chunk has the same shape (one compilation)."""
     return max(c for c in range(1, min(most, num_steps) + 1) if num_steps % c == 0)
 
 
@@ -368,20 +336,20 @@ def main(args: Args) -> None:
 
     # env setup
     envs = make_envs(args, seed=harness.env_seed(args))  # --resume: new games (envpool cannot save its own)
+    halves = EnvHalves(args, harness.env_seed(args)) if args.async_envs else None  # [async-envs] the same envs, halved
 
     # built on the CPU and moved: the initial weights come from the CPU generator, the same on any device
     agent = Agent(envs).to(device)
-    # [3] the policy that acts reads the same weights, detached: its outputs need no autograd bookkeeping
-    # without a torch.no_grad() block around each step
+    # [detached-policy] the policy that acts reads the same weights detached: no autograd bookkeeping
     with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
         agent_inference = Agent(envs)
     from_module(agent).data.to_module(agent_inference, preserve_module_state=False)
 
-    def policy(obs):  # [3] the acting step, on the detached weights
+    def policy(obs):  # [detached-policy] the acting step, on the detached weights
         action, logprob, _, value = agent_inference.get_action_and_value(obs)
         return action, logprob, value.flatten()
 
-    optimizer = Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)  # [6] written out (above)
+    optimizer = Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)  # [adam] written out (above)
     episode_stats = EpisodeStats(args.num_envs)
 
     # ALGO Logic: Storage setup: the rollout's fields, by name (flattened into the batch, cut into minibatches)
@@ -391,7 +359,7 @@ def main(args: Args) -> None:
     rollout["actions"] = torch.zeros(shape, dtype=torch.long).to(device)  # integers, as sampled
 
     def gae(rewards, values, dones, next_obs, next_done):
-        """[4] GAE by chunks, bootstrapped from the value of the observation after the rollout's last step: the
+        """[gae-chunks] GAE by chunks, bootstrapped from the value of the observation after the rollout's last step: the
         per-step terms for all steps at once, then the reverse scan chunk by chunk, from the last chunk back;
         returns the advantages and the returns. One function, for --cudagraphs to replay whole."""
         with torch.no_grad():
@@ -445,9 +413,8 @@ def main(args: Args) -> None:
         entropy_loss = masked_mean(entropy, mb_valid, n_valid)
         loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
-        # [6] gradients as values (torch.autograd.grad), not accumulated into .grad: nothing to zero
+        # [adam] gradients as values (torch.autograd.grad): nothing to zero; clip_grad_norm_'s formulas written out
         grads = torch.autograd.grad(loss, optimizer.params)
-        # [6] clip_grad_norm_ written out over the gradient values, with its formulas
         clip_coef = (args.max_grad_norm / (nn.utils.get_total_norm(grads) + 1e-6)).clamp(max=1.0)
         torch._foreach_mul_(grads, clip_coef)
         optimizer.step(grads)
@@ -460,55 +427,11 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.batch_size)
     episodic_return = float("nan")
 
-    gae_chunk_fn = gae_chunk  # [7] the GAE chunk, compiled with --compile
-    if args.compile:  # [7]
-        # [10] on the CPU compiled code draws its random numbers from torch's generator, as eager
-        # code does (the run without --compile reproduced); on a GPU inductor's own, fused, draws others
-        if device.type == "cpu":  # (on a GPU the setting is left as it is)
-            torch._inductor.config.fallback_random = True
-        if device.type == "cpu":
-            # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated
-            # Python function, which cuts the fixed cost of each call of these small programs (on a GPU,
-            # --cudagraphs replays them as CUDA graphs instead)
-            torch._inductor.config.cpp_wrapper = True
-        # trace torch.autograd.grad into the compiled graph: forward, backward, clipping and the Adam step of a
-        # minibatch become one graph
-        torch._dynamo.config.trace_autograd_ops = True
-        policy = torch.compile(policy)
-        gae_chunk_fn = torch.compile(gae_chunk)  # a chunk unrolls into one fused kernel
-        # the whole minibatch update is one compiled program: forward, backward, the gradient clipping and
-        # the Adam step, with no graph break (torch.optim's step breaks a compiled graph twice by design),
-        # which --cudagraphs can then replay whole
-        update = torch.compile(update)
-
-    if args.cudagraphs:
-        # [8] the acting step, GAE and the whole minibatch update each become one graph replay, which also copies
-        # the call's tensors into the graph's inputs and clones its outputs (a few launches beside the graph); the
-        # warm-up calls before the capture let compilation finish. Without CUDA the wrapper stays: it calls each
-        # function on clones of its tensor arguments (a copy per call, the minibatch's frames included)
-        warmup = 4 if args.compile else 2
-        policy = CudaGraphModule(policy, warmup=warmup)
-        gae = CudaGraphModule(gae, warmup=warmup)
-        update = CudaGraphModule(update, warmup=warmup)
-
-    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
-    checkpoint = harness.Checkpoint(args, writer, dict(agent=agent, optimizer=optimizer), envpool=True)
-
-    # TRY NOT TO MODIFY: start the game
-    global_step = 0
-    next_obs, _ = envs.reset()
-    next_obs = torch.as_tensor(next_obs).to(device)
-    next_done = torch.zeros(args.num_envs).to(device)
-
-    # --resume: the run as saved, at the start of an iteration (checkpoints fall there only)
-    global_step, first, episodic_return = checkpoint.resume(global_step, 1, episodic_return)
-    for iteration in range(first, args.num_iterations + 1):
-        checkpoint.tick(global_step, iteration, episodic_return)  # a checkpoint when one is due, or asked for
-        progress.tick(global_step)
-        if args.async_envs:  # [11] the rollout with the halves overlapped; the loop below then runs no step
-            global_step, next_obs, next_done, episodic_return = envs.collect(
-                policy, rollout, global_step, next_obs, next_done, episodic_return, writer, progress)
-        for step in range(0, 0 if args.async_envs else args.num_steps):
+    def collect(global_step, next_obs, next_done, episodic_return):
+        """One rollout: `num_steps` steps of every env, written into `rollout`; returns the loop's values after it."""
+        if args.async_envs:  # [async-envs] the envs in two halves, each stepping while the policy acts on the other
+            return halves.collect(policy, rollout, global_step, next_obs, next_done, episodic_return, writer, progress)
+        for step in range(0, args.num_steps):
             global_step += args.num_envs
             rollout["obs"][step] = next_obs
             rollout["dones"][step] = next_done
@@ -529,9 +452,46 @@ def main(args: Args) -> None:
                 writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                 writer.add_scalar("charts/episodic_length", episodic_length, global_step)
             progress.update(args.num_envs)
+        return global_step, next_obs, next_done, episodic_return
+
+    gae_chunk_fn = gae_chunk  # [compile] the GAE chunk, compiled with --compile
+    if args.compile:  # [compile]
+        if device.type == "cpu":
+            # [fallback-random] compiled code draws from torch's generator, as eager code does: the same numbers
+            torch._inductor.config.fallback_random = True
+            torch._inductor.config.cpp_wrapper = True  # kernels called from C++: a smaller fixed cost per call
+        # forward, backward (traced), clipping and the Adam step of a minibatch: one program, no graph break
+        torch._dynamo.config.trace_autograd_ops = True
+        policy = torch.compile(policy)
+        gae_chunk_fn = torch.compile(gae_chunk)
+        update = torch.compile(update)
+
+    if args.cudagraphs:
+        # [cudagraphs] the acting step, GAE and the minibatch update each one graph replay, captured once the warm-up
+        # calls have let compilation finish (without CUDA: called directly, each tensor argument cloned)
+        warmup = 4 if args.compile else 2
+        policy = CudaGraphModule(policy, warmup=warmup)
+        gae = CudaGraphModule(gae, warmup=warmup)
+        update = CudaGraphModule(update, warmup=warmup)
+
+    # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
+    checkpoint = harness.Checkpoint(args, writer, dict(agent=agent, optimizer=optimizer), envpool=True)
+
+    # TRY NOT TO MODIFY: start the game
+    global_step = 0
+    next_obs, _ = envs.reset()
+    next_obs = torch.as_tensor(next_obs).to(device)
+    next_done = torch.zeros(args.num_envs).to(device)
+
+    # --resume: the run as saved, at the start of an iteration (checkpoints fall there only)
+    global_step, first, episodic_return = checkpoint.resume(global_step, 1, episodic_return)
+    for iteration in range(first, args.num_iterations + 1):
+        checkpoint.tick(global_step, iteration, episodic_return)  # a checkpoint when one is due, or asked for
+        progress.tick(global_step)
+        global_step, next_obs, next_done, episodic_return = collect(global_step, next_obs, next_done, episodic_return)
 
         # bootstrap value if not done
-        advantages, returns = gae(rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done)  # [4]
+        advantages, returns = gae(rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done)  # [gae-chunks]
 
         # flatten the batch: each field, (steps, envs, ...) -> (steps x envs, ...)
         batch = {key: x.flatten(0, 1) for key, x in dict(rollout, advantages=advantages, returns=returns).items()}
@@ -539,7 +499,7 @@ def main(args: Args) -> None:
         # Annealing the rate if instructed to do so (the update reads it, the rollout does not).
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # [5] in place: no recompilation
+            optimizer.param_groups[0]["lr"].copy_(frac * args.learning_rate)  # [lr-tensor] in place: no recompilation
 
         # Optimizing the policy and value network
         clipfracs = []
@@ -550,7 +510,7 @@ def main(args: Args) -> None:
                 end = start + args.minibatch_size
                 mb_inds = b_inds[start:end]
                 losses = update({key: x[mb_inds] for key, x in batch.items()})
-                clipfracs += [losses["clipfrac"]]  # [9] left on the device until logging (no .item() here)
+                clipfracs += [losses["clipfrac"]]  # [no-sync] left on the device until logging
 
             if args.target_kl is not None and losses["approx_kl"] > args.target_kl:
                 break
@@ -563,7 +523,7 @@ def main(args: Args) -> None:
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes (the last minibatch's losses, the mean clip fraction)
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        harness.log_losses(writer, dict(losses, clipfrac=torch.stack(clipfracs).mean(),  # [9] one read, here
+        harness.log_losses(writer, dict(losses, clipfrac=torch.stack(clipfracs).mean(),  # [no-sync] one read, here
                                         explained_variance=explained_var), global_step)
         progress.log(global_step, episodic_return)
     checkpoint.close(global_step, args.num_iterations + 1, episodic_return)

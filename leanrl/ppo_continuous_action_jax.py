@@ -5,35 +5,32 @@ The algorithm, defaults, networks, initialization, wrappers and logged scalars o
 of a params pytree, which `jax.jit` and `lax.scan` take directly) and optax. What it
 does differently from the PyTorch pair, and why:
 
-1. the acting step is one jitted function: the policy's forward pass, the Gaussian
-   sample (the PRNG key split inside) and the writes of the step into the rollout
-   storage, a device-resident buffer donated to the call and updated in place;
-2. the whole update is one jitted function: the bootstrap value, GAE as a reverse
-   `lax.scan`, the flattening of the batch, and all epochs x minibatches as one
-   `lax.scan`, with each epoch's permutation drawn inside from the key, the loss,
-   its gradient, the gradient clipping and the Adam step; the train state is
-   donated, so the new parameters overwrite the old ones;
-3. the rewards are kept in a host array, handed to the update once per iteration
-   (as the optimized PyTorch twin stages them), not sent to the device each step;
-4. the learning rate is an argument of the update (annealed by the host as the
-   eager script does): no recompilation when it changes;
-5. `--target-kl` skips the epochs after the one that crossed it (`lax.cond`),
-   where the eager script breaks out of its loop: a scan has a fixed length;
-6. random numbers come from JAX's PRNG (threefry), not torch's: the same seed gives
-   the same run every time, but not the eager script's run. The environments are
-   seeded as in the eager script;
-7. the Gaussian policy is written out (the formulas of torch.distributions.Normal),
-   gradients are clipped as torch's `clip_grad_norm_` does (max_norm / (norm + 1e-6)),
-   and Adam is optax's `scale_by_adam` with torch's eps (1e-5 here), times the
-   learning rate;
-8. the training statistics are fetched once per iteration, when they are logged;
-9. `--save-model` converts the flax params into the eager script's torch `state_dict`, so that
-   the checkpoint loads as the eager script's (`leanrl_utils/evals.py`'s `load_policy`), and plays the
-   trained policy in JAX;
-10. shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic`
-   as `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a
-   train state that is a plain `NamedTuple` of params and optax states (flax's `TrainState` would add
-   an `apply_fn` that the jitted functions, which close over their networks, never call).
+- [jit-act] the acting step is one jitted function: the policy's forward pass, the Gaussian sample (the PRNG key
+  split inside) and the writes of the step into the rollout storage, a device-resident buffer donated to the call
+  and updated in place;
+- [jit-update] the whole update is one jitted function: the bootstrap value, GAE as a reverse `lax.scan`, the
+  flattening of the batch, and all epochs x minibatches as one `lax.scan`, with each epoch's permutation drawn
+  inside from the key, the loss, its gradient, the gradient clipping and the Adam step; the train state is donated,
+  so the new parameters overwrite the old ones;
+- [device-rollout] the rewards are kept in a host array, handed to the update once per iteration (as the optimized
+  PyTorch twin stages them), not sent to the device each step;
+- [lr-tensor] the learning rate is an argument of the update (annealed by the host as the eager script does): no
+  recompilation when it changes;
+- [target-kl-cond] `--target-kl` skips the epochs after the one that crossed it (`lax.cond`), where the eager script
+  breaks out of its loop: a scan has a fixed length;
+- [jax-prng] random numbers come from JAX's PRNG (threefry), not torch's: the same seed gives the same run every
+  time, but not the eager script's run. The environments are seeded as in the eager script;
+- [torch-formulas] the Gaussian policy is written out (the formulas of torch.distributions.Normal), gradients are
+  clipped as torch's `clip_grad_norm_` does (max_norm / (norm + 1e-6)), and Adam is optax's `scale_by_adam` with
+  torch's eps (1e-5 here), times the learning rate;
+- [no-sync] the training statistics are fetched once per iteration, when they are logged;
+- [save-converted] `--save-model` converts the flax params into the eager script's torch `state_dict`, so that the
+  checkpoint loads as the eager script's (`leanrl_utils/evals.py`'s `load_policy`), and plays the trained policy in
+  JAX;
+- [jax-shared] shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic` as
+  `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a train state that is a
+  plain `NamedTuple` of params and optax states (flax's `TrainState` would add an `apply_fn` that the jitted
+  functions, which close over their networks, never call).
 
 gymnasium 1.x vector environments reset a finished episode on the *next* step by
 default; this script, as the eager one, asks for same-step autoreset, so that the

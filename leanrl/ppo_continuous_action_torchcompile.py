@@ -1,47 +1,28 @@
 """Proximal Policy Optimization (PPO) for continuous actions, made fast.
 
-The algorithm and defaults of `ppo_continuous_action.py`, and on the CPU its random
-numbers (on a GPU `--compile` draws its own: 10.); only the execution changes. Each
-optimization carries a comment saying what it saves:
+The algorithm, defaults and, on the CPU, random numbers of `ppo_continuous_action.py`; only the execution changes.
+Each optimization is named, the same name in every pair, and each change from the eager script carries its name in
+its comment, so that `diff -u ppo_continuous_action.py ppo_continuous_action_torchcompile.py` reads as this list
+(what each measured: docs/optimizations.md):
 
-1. the Gaussian policy written out, without a `Distribution` object (and its
-   argument checks);
-2. the rollout is one TensorDict on the training device, written in place, its
-   flattened batch made once (views): the acting step writes its row at a device
-   counter; rewards and done flags are staged on the host and copied once per
-   iteration; observations are made on the device in one copy; the one copy back to
-   the host in a step is the action handed to the environment;
-3. the policy that acts and the value that bootstraps GAE run the trained weights
-   detached, in a weightless copy: no autograd bookkeeping, and no `torch.no_grad()`
-   block around the functions that call them;
-4. GAE's reverse scan runs over fixed-size chunks of steps: under `--compile` one
-   compiled chunk replaces a few small ops per step, and compiles once;
-5. the update's gradients come from `torch.autograd.grad` (nothing to zero), and its
-   clipping and Adam are written out over tensors (`Adam` below): the whole update,
-   from its indices to the Adam step, can be one compiled program;
-6. the learning rate lives in a tensor annealed in place: no recompilation;
-7. `--compile`: `torch.compile` of the acting step (with its rollout writes), of the
-   GAE chunk and of the whole minibatch update; on a CPU with inductor's C++ wrapper;
-8. `--cudagraphs`: on a GPU the acting step, GAE and the whole minibatch update each
-   replayed as one CUDA graph (tensordict's `CudaGraphModule`), beside a copy of the
-   inputs into the graph's and a clone of each output; without CUDA the wrapper calls
-   the function after cloning every tensor argument (a copy per call, no gain);
-9. no `.item()` in the hot loop: but for the action handed to the environment (and
-   `--target-kl`'s check), statistics stay on the device until logging;
-10. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`),
-   outside its fused kernels, so that it reproduces the run without it; on a GPU
-   inductor's own generator, fused, draws other numbers.
+- [no-distribution] the Gaussian policy written out, without a `Distribution` object and its argument checks;
+- [device-rollout] the rollout one TensorDict on the training device, written in place (the acting step writes its
+  row at a device counter), its flattened batch made once (views); rewards and done flags staged on the host and
+  copied once per iteration; the one copy back to the host in a step is the action the environment needs;
+- [detached-policy] the acting step and GAE's bootstrap run the trained weights detached, in a weightless copy;
+- [gae-chunks] GAE's reverse scan over fixed-size chunks of steps: one compiled chunk, compiled once;
+- [adam] gradients as values (`torch.autograd.grad`), clipping and Adam written out over tensors: the whole update,
+  from its indices to the Adam step, can be one compiled program;
+- [lr-tensor] the learning rate a tensor annealed in place: no recompilation;
+- [compile] `--compile`: `torch.compile` of the acting step (with its rollout writes), of the GAE chunk and of the
+  whole minibatch update;
+- [cudagraphs] `--cudagraphs`: the acting step, GAE and the whole minibatch update each replayed as one CUDA graph
+  (tensordict's `CudaGraphModule`);
+- [no-sync] but the action and `--target-kl`'s check, nothing is read back to the host before a logging step;
+- [fallback-random] `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`), so that it
+  reproduces the run without it; on a GPU inductor's own generator, fused, draws others.
 
-Each change from the eager script is tagged in its comment with its number here
-([N]), so that `diff -u ppo_continuous_action.py ppo_continuous_action_torchcompile.py`
-reads as this list.
-
-gymnasium 1.x vector environments reset a finished episode on the *next* step by
-default; this script asks for same-step autoreset, so that the step that ends an
-episode returns the first observation of the next one (`next_done` marks it) and no
-reset step ever enters the rollout as a transition.
-
-What these choices measure on a CPU: docs/speed.md and docs/limits.md.
+As the eager script, it asks gymnasium for same-step autoreset: no reset step enters the rollout as a transition.
 
     python leanrl/ppo_continuous_action_torchcompile.py --compile --cudagraphs
 """
@@ -180,7 +161,7 @@ def make_envs(args: Args, run_name: str, num_envs: int | None = None) -> gym.vec
 
 
 class Adam:
-    """[5] torch.optim.Adam's arithmetic (no weight decay, no amsgrad) written out over lists of tensors.
+    """[adam] torch.optim.Adam's arithmetic (no weight decay, no amsgrad) written out over lists of tensors.
 
     torch.optim's step() breaks a compiled graph on purpose (before and after it) and reads its step
     count on the host; written out, torch.compile traces the step into the update's program, where
@@ -193,9 +174,7 @@ class Adam:
         device = self.params[0].device
         self.lr = torch.tensor(lr, device=device)
         self.t = torch.zeros((), dtype=torch.float64, device=device)  # steps taken
-        # the bias corrections of the next step, 1 / (1 - beta1**t) and sqrt(1 - beta2**t), kept ready: the
-        # compiled loops over the weights read two numbers, where computed in the step they would recompute
-        # a power and a square root every few elements
+        # the next step's bias corrections, kept ready: the compiled loops over the weights read two numbers
         self.inv_bias_correction1 = torch.tensor(1 / (1 - betas[0]), device=device)
         self.bias_correction2_sqrt = torch.tensor((1 - betas[1]) ** 0.5, device=device)
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
@@ -203,8 +182,7 @@ class Adam:
 
     @torch.no_grad()
     def step(self, grads) -> None:
-        # one foreach call per operation over every tensor: in eager mode too a step is a few calls, not a few
-        # per weight (on a GPU a few kernels; on a CPU each call loops over the tensors inside)
+        # one foreach call per operation over every tensor: a step is a few calls, not a few per weight
         torch._foreach_lerp_(self.exp_avg, grads, 1 - self.beta1)
         torch._foreach_mul_(self.exp_avg_sq, self.beta2)
         torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, 1 - self.beta2)
@@ -213,9 +191,7 @@ class Adam:
         steps = torch._foreach_div(self.exp_avg, denom)
         torch._foreach_mul_(steps, -self.lr * self.inv_bias_correction1)
         torch._foreach_add_(self.params, steps)
-        # the next step's bias corrections, in float64 as torch.optim computes them on the host (in float32,
-        # 1 - 0.999**t is off by about 1e-5 at the first steps)
-        self.t += 1
+        self.t += 1  # the next step's bias corrections, in float64 as torch.optim computes them
         self.inv_bias_correction1.copy_(1 / (1 - self.beta1 ** (self.t + 1)))
         self.bias_correction2_sqrt.copy_((1 - self.beta2 ** (self.t + 1)).sqrt())
 
@@ -251,8 +227,7 @@ class Agent(nn.Module):
         return self.critic(x)
 
     def get_action_and_value(self, x, action=None):
-        # [1] the Normal distribution written out: no Distribution object, whose argument checks cost
-        # Python time (and a host sync on a GPU); same formulas as torch.distributions.Normal
+        # [no-distribution] torch.distributions.Normal's formulas written out: no object, no argument checks
         action_mean = self.actor_mean(x)
         action_logstd = self.actor_logstd.expand_as(action_mean)
         action_std = torch.exp(action_logstd)
@@ -273,7 +248,7 @@ def gae_deltas(rewards, values, dones, next_value, next_done, gamma: float, gae_
 
 
 def gae_chunk(delta, coef, lastgaelam):
-    """[4] The reverse scan over one chunk of steps; returns the chunk's advantages and the carry."""
+    """[gae-chunks] The reverse scan over one chunk of steps; returns the chunk's advantages and the carry."""
     advantages = []
     for t in reversed(range(delta.shape[0])):
         lastgaelam = delta[t] + coef[t] * lastgaelam
@@ -282,7 +257,7 @@ def gae_chunk(delta, coef, lastgaelam):
 
 
 def chunk_size(num_steps: int, most: int = 64) -> int:
-    """[4] The largest divisor of num_steps up to `most`: every chunk has the same shape (one compilation)."""
+    """[gae-chunks] The largest divisor of num_steps up to `most`: every chunk has the same shape (one compilation)."""
     return max(c for c in range(1, min(most, num_steps) + 1) if num_steps % c == 0)
 
 
@@ -298,12 +273,6 @@ def main(args: Args) -> None:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = harness.pick_device(args)  # CUDA if asked for and usable, else the CPU (saying why); CPU threads
-    if args.compile:
-        # [10] on the CPU compiled code draws its random numbers from torch's generator, as eager code does (the
-        # run without --compile reproduced), each draw a call of its own, outside the fused kernels; on a GPU
-        # inductor's own generator, fused into the kernels, draws other numbers
-        if device.type == "cpu":  # (on a GPU the setting is left as it is)
-            torch._inductor.config.fallback_random = True
 
     # env setup
     envs = make_envs(args, run_name)
@@ -313,7 +282,7 @@ def main(args: Args) -> None:
     agent = Agent(envs).to(device)
     optimizer = Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
-    # ALGO Logic: Storage setup, [2] one TensorDict on the device, GAE's advantages and returns in it too
+    # ALGO Logic: Storage setup, [device-rollout] one TensorDict on the device, GAE's advantages and returns too
     rollout = TensorDict(
         obs=torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape),
         actions=torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape),
@@ -321,19 +290,15 @@ def main(args: Args) -> None:
            for key in ("logprobs", "rewards", "dones", "values", "advantages", "returns")},
         batch_size=[args.num_steps, args.num_envs], device=device,
     )
-    # the flattened batch, made once: views of the rollout, which is written in place, so that the
-    # update reads its minibatches from them by index, inside its program
-    batch = rollout.view(-1)
-    # rewards and done flags come from the environment on the host: staged there, a row per step, they
-    # reach the device in one copy per iteration, not one small copy each per step
-    rewards_host = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    batch = rollout.view(-1)  # the flattened batch, made once: views of the rollout, written in place
+    rewards_host = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)  # staged on the host, with dones
     dones_host = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     step_index = torch.zeros(1, dtype=torch.long, device=device)  # the rollout row the acting step writes
 
     def update(mb_inds):
         """One minibatch update, from its indices into the flattened rollout (`batch`, by field): the losses,
         their gradients and the Adam step. Returns the losses that are logged."""
-        mb = batch[mb_inds]  # [2] one index of the TensorDict gathers every field (compiled: inside the program)
+        mb = batch[mb_inds]  # [device-rollout] one index of the TensorDict gathers every field
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
         logratio = newlogprob - mb["logprobs"]
         ratio = logratio.exp()
@@ -342,7 +307,7 @@ def main(args: Args) -> None:
             # calculate approx_kl http://joschu.net/blog/kl-approx.html
             old_approx_kl = (-logratio).mean()
             approx_kl = ((ratio - 1) - logratio).mean()
-            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()  # [9] no .item(): left on the device
+            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()  # [no-sync] no .item(): left on the device
 
         mb_advantages = mb["advantages"]
         if args.norm_adv:
@@ -371,9 +336,8 @@ def main(args: Args) -> None:
         entropy_loss = entropy.mean()
         loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
-        # [5] gradients as values (torch.autograd.grad), not accumulated into .grad: nothing to zero
+        # [adam] gradients as values (torch.autograd.grad): nothing to zero; clip_grad_norm_'s formulas written out
         grads = torch.autograd.grad(loss, optimizer.params)
-        # clip_grad_norm_ written out over the gradient values, with its formulas
         clip_coef = (args.max_grad_norm / (nn.utils.get_total_norm(grads) + 1e-6)).clamp(max=1.0)
         torch._foreach_mul_(grads, clip_coef)
         optimizer.step(grads)
@@ -386,49 +350,45 @@ def main(args: Args) -> None:
                                 warmup_steps=args.measure_after * args.batch_size)
     episodic_return = float("nan")
 
-    # [3] the policy that acts and the value that bootstraps GAE read the trained weights, detached: no
-    # autograd bookkeeping, and no torch.no_grad() block around them
+    # [detached-policy] the acting step and GAE's bootstrap read the trained weights detached: no autograd bookkeeping
     with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
         agent_inference = Agent(envs)
     from_module(agent).data.to_module(agent_inference, preserve_module_state=False)
 
     def act(obs):
-        """[2] The acting step: sample an action and write the step's observation, action, logprob and value
-        into the rollout, in place, at `step_index` (a device counter): [7] one program under --compile."""
+        """[device-rollout] The acting step: sample an action and write the step's observation, action, logprob and value
+        into the rollout, in place, at `step_index` (a device counter): [compile] one program under --compile."""
         action, logprob, _, value = agent_inference.get_action_and_value(obs)
         for key, x in (("obs", obs), ("actions", action), ("logprobs", logprob), ("values", value.flatten())):
             rollout[key].index_copy_(0, step_index, x.unsqueeze(0))
         step_index.add_(1)
         return action
 
-    chunk, gae_chunk_fn = chunk_size(args.num_steps), gae_chunk  # [4] compiled below with --compile [7]
+    chunk, gae_chunk_fn = chunk_size(args.num_steps), gae_chunk  # [gae-chunks] compiled with --compile
 
-    # [4] GAE by chunks, bootstrapped from [3] the detached weights
+    # [gae-chunks] GAE by chunks, bootstrapped from the detached weights
     def gae(rewards, values, dones, next_obs, next_done):
         next_value = agent_inference.get_value(next_obs).reshape(1, -1)
         delta, coef = gae_deltas(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
         advantages, lastgaelam = torch.empty_like(delta), torch.zeros_like(delta[0])
-        for end in range(args.num_steps, 0, -chunk):  # from the last chunk back to the first
+        for end in range(args.num_steps, 0, -chunk):
             advantages[end - chunk:end], lastgaelam = gae_chunk_fn(delta[end - chunk:end], coef[end - chunk:end], lastgaelam)
         return advantages, advantages + values
 
-    if args.compile:  # [7]
+    if args.compile:  # [compile]
         if device.type == "cpu":
-            # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated
-            # Python function, which cuts the fixed cost of each call of these small programs (chosen on one
-            # CPU's measurement, docs/speed_settings.md; on a GPU --cudagraphs cuts that cost instead)
-            torch._inductor.config.cpp_wrapper = True
-        # trace torch.autograd.grad into the compiled graph: the gather, forward, backward, clipping and
-        # Adam step of a minibatch become one program, with no graph break and one guard check
+            # [fallback-random] compiled code draws from torch's generator, as eager code does: the same numbers
+            torch._inductor.config.fallback_random = True
+            torch._inductor.config.cpp_wrapper = True  # kernels called from C++: a smaller fixed cost per call
+        # the gather, forward, backward (traced), clipping and Adam step of a minibatch: one program
         torch._dynamo.config.trace_autograd_ops = True
         act = torch.compile(act)
-        gae_chunk_fn = torch.compile(gae_chunk)  # a chunk unrolls into one fused kernel
+        gae_chunk_fn = torch.compile(gae_chunk)
         update = torch.compile(update)
 
     if args.cudagraphs:
-        # [8] on a GPU the acting step, GAE and the whole minibatch update each become one graph replay (beside
-        # the copy of their inputs into the graph's and a clone of each output); the warm-up calls before the
-        # capture let compilation finish. Without CUDA: called directly, each tensor argument cloned first
+        # [cudagraphs] the acting step, GAE and the minibatch update each one graph replay, captured once the warm-up
+        # calls have let compilation finish (without CUDA: called directly, each tensor argument cloned)
         warmup = 4 if args.compile else 2
         act = CudaGraphModule(act, warmup=warmup)
         gae = CudaGraphModule(gae, warmup=warmup)
@@ -440,8 +400,7 @@ def main(args: Args) -> None:
     # TRY NOT TO MODIFY: start the game
     global_step = 0
     next_obs, _ = envs.reset(seed=args.seed)
-    # [2] tensors made on the device directly (here and in the loop): one copy from numpy, where
-    # `torch.Tensor(x).to(device)` builds a host tensor first; the done flags stay on the host (staged)
+    # [device-rollout] observations made on the device in one copy (here and in the loop); done flags stay on the host
     next_obs = torch.as_tensor(next_obs, device=device, dtype=torch.float32)
     next_done = np.zeros(args.num_envs, dtype=np.float32)
 
@@ -455,13 +414,13 @@ def main(args: Args) -> None:
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             lrnow = frac * args.learning_rate
-            optimizer.lr.copy_(lrnow)  # [6] in place: compiled code and CUDA graphs read it, no recompilation
+            optimizer.lr.copy_(lrnow)  # [lr-tensor] in place: no recompilation
 
         for step in range(0, args.num_steps):
             global_step += args.num_envs
-            dones_host[step] = next_done  # [2] staged on the host, copied to the device once per iteration
+            dones_host[step] = next_done  # [device-rollout] staged on the host
 
-            # ALGO LOGIC: action logic ([2] the step's writes into the rollout are in `act`)
+            # ALGO LOGIC: action logic ([device-rollout] the step's writes into the rollout are in `act`)
             action = act(next_obs)
 
             # TRY NOT TO MODIFY: execute the game and log data.
@@ -469,8 +428,8 @@ def main(args: Args) -> None:
             # as in CleanRL, a time-limit truncation ends the episode like a termination: GAE does not
             # bootstrap from the last observation (every HalfCheetah episode ends so, after 1000 steps)
             next_done = np.logical_or(terminations, truncations)
-            rewards_host[step] = reward  # [2] staged on the host
-            next_obs = torch.as_tensor(next_obs, device=device, dtype=torch.float32)  # [2] made on the device
+            rewards_host[step] = reward  # [device-rollout] staged on the host
+            next_obs = torch.as_tensor(next_obs, device=device, dtype=torch.float32)  # [device-rollout] made on the device
 
             # same-step autoreset: a finished episode's statistics come in final_info, once
             if "final_info" in infos and "episode" in infos["final_info"]:
@@ -482,13 +441,13 @@ def main(args: Args) -> None:
             progress.update(args.num_envs)
 
         # bootstrap value if not done
-        rollout["rewards"].copy_(torch.from_numpy(rewards_host))  # [2] the staged rows, one copy each
+        rollout["rewards"].copy_(torch.from_numpy(rewards_host))  # [device-rollout] the staged rows, one copy each
         rollout["dones"].copy_(torch.from_numpy(dones_host))
         next_done_t = torch.as_tensor(next_done, device=device, dtype=torch.float32)
         advantages, returns = gae(rollout["rewards"], rollout["values"], rollout["dones"], next_obs, next_done_t)
-        rollout["advantages"].copy_(advantages)  # [2] in place: the flattened batch's views see them
+        rollout["advantages"].copy_(advantages)  # [device-rollout] in place: the flattened batch's views see them
         rollout["returns"].copy_(returns)
-        step_index.zero_()  # [2] the row `act` writes next: a device counter, so the compiled step takes no int
+        step_index.zero_()  # [device-rollout] the row `act` writes next: a device counter, not a Python int
 
         # Optimizing the policy and value network
         clipfracs = []
@@ -502,7 +461,7 @@ def main(args: Args) -> None:
                 out = update(mb_inds)
                 clipfracs.append(out["clipfrac"])
 
-            if args.target_kl is not None and out["approx_kl"] > args.target_kl:  # [9] a host sync, opt-in
+            if args.target_kl is not None and out["approx_kl"] > args.target_kl:  # [no-sync] a host sync, opt-in
                 break
 
         y_pred, y_true = batch["values"].cpu().numpy(), batch["returns"].cpu().numpy()
@@ -510,8 +469,7 @@ def main(args: Args) -> None:
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
         # TRY NOT TO MODIFY: record rewards for plotting purposes
-        # [9] the device values read back here, once per iteration: the learning rate (a tensor, annealed in
-        # place) and the losses of the last minibatch, the clip fraction averaged over all of them
+        # [no-sync] read back here, once per iteration: the learning rate, the losses, the mean clip fraction
         writer.add_scalar("charts/learning_rate", optimizer.lr.item(), global_step)
         harness.log_losses(writer, out | dict(clipfrac=torch.stack(clipfracs).mean(), explained_variance=explained_var),
                            global_step)

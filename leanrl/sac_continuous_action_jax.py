@@ -4,32 +4,32 @@ The algorithm, defaults, networks, initialisation scheme, wrappers and logged va
 PyTorch script, written in JAX with flax linen (a network is a pure function of a params pytree,
 which `jax.jit`, `jax.vmap` and buffer donation take directly) and optax. What it does differently:
 
-1. the twin Q-networks are one network `jax.vmap`ped over stacked params (as the optimized PyTorch
-   script stacks them with tensordict): one batched matmul per layer for both critics, one Adam;
-2. the replay buffer is preallocated device arrays, written by a jitted function that donates the
-   buffer (`.at[pos].set` then updates it in place instead of copying it whole), and sampled inside
-   the jitted update with the PRNG key: a batch never crosses to the host;
-3. a whole training step is one jitted function: the batch draw, the critic update, the delayed
-   actor and alpha updates (`policy_frequency` of them every `policy_frequency` steps, CleanRL's
-   compensation, as a `lax.fori_loop`) and the Polyak target update; whether the delayed updates run
-   is a static argument, so each step is one call of one of (at most) four compiled programs;
-4. the acting step is jitted too, its Gaussian draw taken from a PRNG key split inside;
-5. randomness comes from JAX's PRNG: a seed gives the same run every time on the CPU, but not the
-   PyTorch script's numbers (other generators, other initial weights drawn from the same law);
-6. alpha stays on the device (the eager script reads it with `.item()` at every update), and the
-   logged values until a logging step reads them;
-7. `--save-model` converts the flax params into the eager script's torch `state_dict`s, so that the
-   checkpoint loads as the eager script's (`leanrl_utils/evals.py`'s `load_policy`), and plays the
-   trained policy in JAX;
-8. shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic` as
-   `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a train
-   state that is a plain `NamedTuple` of params and optax states (flax's `TrainState` would add an
-   `apply_fn` that the jitted functions, which close over their networks, never call);
-9. each environment step writes its transition with one jitted `buffer_add` call; the DQN twins
-   stage steps on the host and write them inside the update instead, which saves calls there because
-   DQN updates every `train_frequency` steps, where SAC updates every step (a staged write would be
-   a call per step all the same); the layers use a `Linear` of this file that draws torch's default
-   initialisation, where the DQN twins give `nn.Dense` initialisers that draw the same law.
+- [vmap-q] the twin Q-networks are one network `jax.vmap`ped over stacked params (as the optimized PyTorch script
+  stacks them with tensordict): one batched matmul per layer for both critics, one Adam;
+- [device-buffer] the replay buffer is preallocated device arrays, written by a jitted function that donates the
+  buffer (`.at[pos].set` then updates it in place instead of copying it whole), and sampled inside the jitted update
+  with the PRNG key: a batch never crosses to the host;
+- [jit-update] a whole training step is one jitted function: the batch draw, the critic update, the delayed actor
+  and alpha updates (`policy_frequency` of them every `policy_frequency` steps, CleanRL's compensation, as a
+  `lax.fori_loop`) and the Polyak target update; whether the delayed updates run is a static argument, so each step
+  is one call of one of (at most) four compiled programs;
+- [jit-act] the acting step is jitted too, its Gaussian draw taken from a PRNG key split inside;
+- [jax-prng] randomness comes from JAX's PRNG: a seed gives the same run every time on the CPU, but not the PyTorch
+  script's numbers (other generators, other initial weights drawn from the same law);
+- [no-sync] alpha stays on the device (the eager script reads it with `.item()` at every update), and the logged
+  values until a logging step reads them;
+- [save-converted] `--save-model` converts the flax params into the eager script's torch `state_dict`s, so that the
+  checkpoint loads as the eager script's (`leanrl_utils/evals.py`'s `load_policy`), and plays the trained policy in
+  JAX;
+- [jax-shared] shared with the other JAX twins: typed PRNG keys (`jax.random.key`), `--torch-deterministic` as
+  `--xla_gpu_deterministic_ops` (a no-op on the CPU, whose kernels are deterministic), and a train state that is a
+  plain `NamedTuple` of params and optax states (flax's `TrainState` would add an `apply_fn` that the jitted
+  functions, which close over their networks, never call);
+- [buffer-add] each environment step writes its transition with one jitted `buffer_add` call; the DQN twins stage
+  steps on the host and write them inside the update instead, which saves calls there because DQN updates every
+  `train_frequency` steps, where SAC updates every step (a staged write would be a call per step all the same); the
+  layers use a `Linear` of this file that draws torch's default initialisation, where the DQN twins give `nn.Dense`
+  initialisers that draw the same law.
 
 What these choices measure on a CPU: docs/speed.md and docs/limits.md.
 

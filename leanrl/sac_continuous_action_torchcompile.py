@@ -1,37 +1,26 @@
 """Soft Actor-Critic (SAC) for continuous actions, made fast.
 
-The algorithm, defaults and random-number stream (on the CPU: item 10) of `sac_continuous_action.py`; only the
-execution changes. Each optimization carries a comment saying what it saves:
+The algorithm, defaults and, on the CPU, random numbers of `sac_continuous_action.py`; only the execution changes.
+Each optimization is named, the same name in every pair, and each change from the eager script carries its name in
+its comment, so that `diff -u sac_continuous_action.py sac_continuous_action_torchcompile.py` reads as this list
+(what each measured: docs/optimizations.md):
 
-1. the Gaussian sample written out, without a `Distribution` object;
-2. the twin Q-networks run as one `torch.vmap`'d ensemble (one batched matmul per layer for both critics, one
-   optimizer over stacked weights);
-3. the replay buffer's rows preallocated on the training device, staged on the host and copied over together when
-   a batch is drawn (or when the stage fills), or on the CPU written straight into their row; the update takes the
-   batch's indices and gathers the batch itself;
-4. the policy that acts runs the trained weights detached, in a weightless copy;
-5. gradients from `torch.autograd.grad` (only those asked for, nothing to zero) and Adam written out over tensors
-   (`Adam`, `optimize` below), so that the whole update (critic, delayed actor and temperature, target networks)
-   can be one compiled program;
-6. the target networks are updated with one fused `lerp_`;
-7. `--compile`: `torch.compile` of the whole update, one graph per variant of the update that runs (a delayed
-   actor step or not, a target step or not: four variants, two of which run with the default
-   `--target-network-frequency`), and of the acting step on the devices `COMPILED_ACTING` names; on a CPU with
-   inductor's C++ wrapper (kernels called from C++);
-8. `--cudagraphs`: each variant of the update, and the acting step, captured as a CUDA graph (tensordict's
-   `CudaGraphModule`): a replay launches the graph's kernels at once, beside a copy of its inputs into the graph's
-   and a clone of each output. Without CUDA the module calls the function itself, after cloning each tensor
-   argument (a copy per call);
-9. alpha stays a device tensor: no `.item()` in the hot loop, so no host sync in an update; the logged values are
-   read back at logging steps only, as in the eager script;
-10. `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`), so that it reproduces the
-   run without it, for draws left out of the kernels' fusion; on a GPU inductor's own generator stays on, fused,
-   and draws other numbers.
-
-Each change from the eager script is tagged in its comment with its number here ([N]), so that
-`diff -u sac_continuous_action.py sac_continuous_action_torchcompile.py` reads as this list.
-
-What these choices measure on a CPU: docs/speed.md and docs/limits.md.
+- [no-distribution] the Gaussian sample written out, without a `Distribution` object;
+- [vmap-q] the twin Q-networks one `torch.vmap`'d ensemble: one batched matmul per layer for both critics, one
+  optimizer over their stacked weights;
+- [device-buffer] the replay buffer's rows preallocated on the training device (staged on the host and copied over
+  together; on the CPU written straight into their row); the update takes a batch's indices and gathers it itself;
+- [detached-policy] the policy that acts runs the trained weights detached, in a weightless copy;
+- [adam] gradients as values (`torch.autograd.grad`) and Adam written out over tensors, so that the whole update
+  (critic, delayed actor and temperature, target networks) can be one compiled program;
+- [lerp-target] the target networks move with one fused `lerp_`;
+- [compile] `--compile`: `torch.compile` of the whole update, one program per variant that runs (a delayed actor
+  step or not, a target step or not), and of the acting step (`COMPILED_ACTING`);
+- [cudagraphs] `--cudagraphs`: each variant of the update, and the acting step, replayed as a CUDA graph
+  (tensordict's `CudaGraphModule`);
+- [no-sync] alpha a device tensor: no `.item()` in an update, values read back at logging steps only;
+- [fallback-random] `--compile` on the CPU draws eager's random numbers (inductor's `fallback_random`), so that it
+  reproduces the run without it; on a GPU inductor's own generator, fused, draws others.
 
     python leanrl/sac_continuous_action_torchcompile.py --compile --cudagraphs
 """
@@ -118,10 +107,8 @@ def check_args(args: Args) -> None:
     harness.known_env_id(args.env_id, "gymnasium")
 
 
-# [7] The devices on which --compile compiles the acting step (the actor's forward and its tanh-Gaussian sample, at
-# batch 1), by the rule TD3's twin keeps too: an acting step that samples is compiled everywhere (on a GPU the graph
-# needs it; on a CPU inductor fuses the sample into the forward's kernels). One CPU's runs, taking turns, measured the
-# choice for both (docs/speed_settings.md): a tie in fps, with a shorter warm-up compiled.
+# [compile] the devices where --compile compiles the acting step (the actor and its sample, at batch 1): an acting step
+# that samples is compiled everywhere (a GPU's graph needs it; on a CPU the sample fuses into the forward's kernels)
 COMPILED_ACTING = ("cuda", "cpu")
 
 
@@ -191,8 +178,7 @@ class Actor(nn.Module):
     def get_action(self, x):
         mean, log_std = self(x)
         std = log_std.exp()
-        # [1] the reparameterized Gaussian sample written out: no Distribution object, whose argument checks
-        # cost Python time (and a host sync on a GPU)
+        # [no-distribution] the reparameterized Gaussian sample written out: no Distribution object, no argument checks
         noise = torch.randn_like(mean)
         x_t = mean + std * noise
         y_t = torch.tanh(x_t)
@@ -206,7 +192,7 @@ class Actor(nn.Module):
 
 
 class ReplayBuffer:
-    """[3] The eager script's buffer of rows, preallocated on the training device: the rows written since the last draw
+    """[device-buffer] The eager script's buffer of rows, preallocated on the training device: the rows written since the last draw
     are staged on the host and reach the device together when a batch is drawn (one copy of the rows, one of their
     places), where the eager script moves each batch to the device field by field; on the CPU a transition goes
     straight into its row. The update takes a batch's indices and gathers the batch itself, inside its program."""
@@ -217,14 +203,12 @@ class ReplayBuffer:
         harness.check_memory("--buffer-size", size * sum(self.widths) * 4, device)  # float32 rows: refused if too many
         self.rows = torch.zeros(size, sum(self.widths), device=device)
         self.staged = torch.zeros(stage, sum(self.widths))
-        self.staged_np = self.staged.numpy()  # writing a row there is cheap
-        # [3] on the CPU the rows are host memory already: a transition is written straight into its row
-        # (a numpy view), with no stage to copy from and no torch call at all between two updates
+        self.staged_np = self.staged.numpy()
+        # [device-buffer] on the CPU the rows are host memory already: a transition goes straight into its row
         self.rows_np = self.rows.numpy() if self.rows.device.type == "cpu" else None
         self.ends = np.cumsum(self.widths)
 
     def add(self, obs, next_obs, action, reward, done):
-        # written into its row on the CPU, else into a staged host row (a full stage reaches the device in one copy)
         row = self.staged_np[self.n_staged] if self.rows_np is None else self.rows_np[self.pos]
         for value, start, end in zip((obs, next_obs, action, reward, done), self.ends - self.widths, self.ends):
             row[start:end] = value
@@ -239,8 +223,6 @@ class ReplayBuffer:
     def flush(self):
         n, self.n_staged = self.n_staged, 0
         idx = (self.pos + torch.arange(n)) % self.size
-        # a blocking copy: the staged rows can be overwritten right after (it costs no wait: the acting
-        # step reads its action back every step and the device is idle by then)
         self.rows[idx.to(self.device)] = self.staged[:n].to(self.device)
         self.full = self.full or self.pos + n >= self.size
         self.pos = (self.pos + n) % self.size
@@ -248,7 +230,7 @@ class ReplayBuffer:
     def sample_indices(self, batch_size: int) -> torch.Tensor:
         """A batch's indices; the update gathers the batch itself. The indices come from the CPU generator,
         as in the eager script: the same batches on a GPU too, for one small copy (no sync) to the device."""
-        if self.n_staged:  # rows staged since the last draw (never on the CPU)
+        if self.n_staged:
             self.flush()
         return torch.randint(0, self.size if self.full else self.pos, (batch_size,)).to(self.device, non_blocking=True)
 
@@ -259,7 +241,7 @@ class ReplayBuffer:
 
 
 class Adam:
-    """[5] torch.optim.Adam's arithmetic (no weight decay, no amsgrad) written out over lists of tensors.
+    """[adam] torch.optim.Adam's arithmetic (no weight decay, no amsgrad) written out over lists of tensors.
 
     torch.optim's step() breaks a compiled graph on purpose (before and after it) and reads its step
     count on the host; written out, torch.compile traces the step into the update's program, where
@@ -271,10 +253,8 @@ class Adam:
         self.beta1, self.beta2, self.eps = betas[0], betas[1], eps
         device = self.params[0].device
         self.lr = torch.tensor(lr, device=device)
-        self.t = torch.zeros((), dtype=torch.float64, device=device)  # steps taken
-        # the bias corrections of the next step, 1 / (1 - beta1**t) and sqrt(1 - beta2**t), kept ready: the
-        # compiled loops over the weights read two numbers, where computed in the step they would recompute
-        # a power and a square root every few elements
+        self.t = torch.zeros((), dtype=torch.float64, device=device)
+        # the next step's bias corrections (float64, as torch.optim's), kept ready: the compiled loops read two numbers
         self.inv_bias_correction1 = torch.tensor(1 / (1 - betas[0]), device=device)
         self.bias_correction2_sqrt = torch.tensor((1 - betas[1]) ** 0.5, device=device)
         self.exp_avg = [torch.zeros_like(p) for p in self.params]
@@ -282,8 +262,6 @@ class Adam:
 
     @torch.no_grad()
     def step(self, grads) -> None:
-        # one foreach call per operation over every tensor: in eager mode too a step is a few calls, not a few
-        # per weight (on a GPU a few kernels; on a CPU each call loops over the tensors inside)
         torch._foreach_lerp_(self.exp_avg, grads, 1 - self.beta1)
         torch._foreach_mul_(self.exp_avg_sq, self.beta2)
         torch._foreach_addcmul_(self.exp_avg_sq, grads, grads, 1 - self.beta2)
@@ -292,15 +270,13 @@ class Adam:
         steps = torch._foreach_div(self.exp_avg, denom)
         torch._foreach_mul_(steps, -self.lr * self.inv_bias_correction1)
         torch._foreach_add_(self.params, steps)
-        # the next step's bias corrections, in float64 as torch.optim computes them on the host (in float32,
-        # 1 - 0.999**t is off by about 1e-5 at the first steps)
         self.t += 1
         self.inv_bias_correction1.copy_(1 / (1 - self.beta1 ** (self.t + 1)))
         self.bias_correction2_sqrt.copy_((1 - self.beta2 ** (self.t + 1)).sqrt())
 
 
 def optimize(optimizer: Adam, loss: torch.Tensor) -> None:
-    """[5] One gradient step of `optimizer` on `loss`, its gradients as values (torch.autograd.grad), not accumulated
+    """[adam] One gradient step of `optimizer` on `loss`, its gradients as values (torch.autograd.grad), not accumulated
     into .grad: nothing to zero, and only the gradients of the optimizer's own weights are computed (the actor's
     step skips the critics' weights, which it does not update)."""
     optimizer.step(torch.autograd.grad(loss, optimizer.params))
@@ -315,10 +291,6 @@ def main(args: Args) -> None:
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     device = harness.pick_device(args)  # CUDA if asked for and usable, else the CPU (saying why); CPU threads
-    if args.compile and device.type == "cpu":
-        # [10] on the CPU compiled code draws its random numbers from torch's generator, as eager code does (the
-        # run without --compile reproduced); on a GPU inductor's own generator, fused, draws others (left as it is)
-        torch._inductor.config.fallback_random = True
 
     # env setup
     env = make_env(args.env_id, args.seed, args.capture_video, run_name)
@@ -327,10 +299,10 @@ def main(args: Args) -> None:
     actor = Actor(env).to(device)
     qf1 = SoftQNetwork(env).to(device)
     qf2 = SoftQNetwork(env).to(device)
-    # [2] the twin critics' weights stacked (the targets start as exact copies), run by one weightless shell
+    # [vmap-q] the twin critics' weights stacked (the targets start as exact copies), run by one weightless shell
     qnet_params = from_modules(qf1, qf2, as_module=True)
     qnet_target = qnet_params.data.clone()
-    with torch.device("meta"):  # a shell without weights of its own: it runs the weights put into it
+    with torch.device("meta"):
         qnet = SoftQNetwork(env)
     qnet_params.to_module(qnet, preserve_module_state=False)
 
@@ -341,7 +313,7 @@ def main(args: Args) -> None:
     def qfs(params, obs, action):  # both critics' values, stacked: one vmapped call, a batched matmul per layer
         return torch.vmap(batched_qf, (0, None, None))(params, obs, action)
 
-    q_optimizer = Adam(qnet_params.values(True, True), lr=args.q_lr)  # stacked weights: one Adam over both critics
+    q_optimizer = Adam(qnet_params.values(True, True), lr=args.q_lr)  # [vmap-q] one Adam over both critics
     actor_optimizer = Adam(list(actor.parameters()), lr=args.policy_lr)
 
     # Automatic entropy tuning
@@ -354,18 +326,18 @@ def main(args: Args) -> None:
     # from which each update draws a uniform batch
     rb = ReplayBuffer(args.buffer_size, env.observation_space.shape[0], env.action_space.shape[0], device)
 
-    def update(idx: torch.Tensor, policy_step: bool, target_step: bool) -> dict:  # [3] the batch's indices
+    def update(idx: torch.Tensor, policy_step: bool, target_step: bool) -> dict:  # [device-buffer] the batch's indices
         """One update on a batch: the critics; with `policy_step` the actor and the temperature, `policy_frequency`
         times; with `target_step` the target networks. Returns the values to log, detached from autograd's graph."""
-        data = rb.batch(idx)  # [3] the batch gathered inside the update: one index, fused with its first reads
-        alpha = log_alpha.detach().exp() if args.autotune else args.alpha  # [9] a tensor: no sync to read it
+        data = rb.batch(idx)  # [device-buffer] the batch gathered inside the update, fused with its first reads
+        alpha = log_alpha.detach().exp() if args.autotune else args.alpha  # [no-sync] a tensor: no sync to read it
         with torch.no_grad():
             next_state_actions, next_state_log_pi, _ = actor.get_action(data["next_observations"])
-            qf1_next_target, qf2_next_target = qfs(qnet_target, data["next_observations"], next_state_actions)  # [2]
+            qf1_next_target, qf2_next_target = qfs(qnet_target, data["next_observations"], next_state_actions)  # [vmap-q]
             min_qf_next_target = torch.min(qf1_next_target, qf2_next_target) - alpha * next_state_log_pi
             next_q_value = data["rewards"].flatten() + (1 - data["dones"].flatten()) * args.gamma * (min_qf_next_target).view(-1)
 
-        qf1_a_values, qf2_a_values = qfs(qnet_params, data["observations"], data["actions"]).view(2, -1)  # [2]
+        qf1_a_values, qf2_a_values = qfs(qnet_params, data["observations"], data["actions"]).view(2, -1)  # [vmap-q]
         qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
         qf2_loss = F.mse_loss(qf2_a_values, next_q_value)
         qf_loss = qf1_loss + qf2_loss
@@ -378,7 +350,7 @@ def main(args: Args) -> None:
         if policy_step:  # TD 3 Delayed update support
             for _ in range(args.policy_frequency):  # compensate for the delay by doing 'policy_frequency' instead of 1
                 pi, log_pi, _ = actor.get_action(data["observations"])
-                qf1_pi, qf2_pi = qfs(qnet_params, data["observations"], pi)  # [2]
+                qf1_pi, qf2_pi = qfs(qnet_params, data["observations"], pi)  # [vmap-q]
                 min_qf_pi = torch.min(qf1_pi, qf2_pi)
                 actor_loss = ((alpha * log_pi) - min_qf_pi).mean()
                 optimize(actor_optimizer, actor_loss)
@@ -389,7 +361,7 @@ def main(args: Args) -> None:
                         _, log_pi, _ = actor.get_action(data["observations"])
                     alpha_loss = (-log_alpha.exp() * (log_pi + target_entropy)).mean()
                     optimize(a_optimizer, alpha_loss)
-                    alpha = log_alpha.detach().exp()  # [9]
+                    alpha = log_alpha.detach().exp()  # [no-sync]
                     out["alpha_loss"] = alpha_loss.detach()
 
         out["alpha"] = alpha
@@ -397,7 +369,7 @@ def main(args: Args) -> None:
         # update the target networks: each target weight moves `tau` of the way to its network's (Polyak
         # averaging), so that the critics' targets change slowly
         if target_step:
-            # [6] one fused lerp over every target weight instead of a Python loop of copies
+            # [lerp-target] one fused lerp over every target weight instead of a Python loop of copies
             qnet_target.lerp_(qnet_params.data, args.tau)
         return out
 
@@ -408,36 +380,32 @@ def main(args: Args) -> None:
     # the latest episode's return; the latest losses (the actor's and temperature's from the last policy step)
     episodic_return, losses = float("nan"), {}
 
-    # [4] the policy that acts reads the trained weights, detached, in a weightless shell: no autograd bookkeeping
+    # [detached-policy] the policy that acts reads the trained weights detached, in a weightless shell
     with torch.device("meta"):
         actor_detach = Actor(env)
     from_module(actor).data.to_module(actor_detach, preserve_module_state=False)
     policy = actor_detach.get_action
-    if args.compile:  # [7]
+    if args.compile:  # [compile] the whole update one program, autograd traced; process-wide settings first
         if device.type == "cpu":
-            # inductor's C++ wrapper: a compiled program calls its kernels from C++, not from a generated Python
-            # function, which cuts the fixed cost of each call of these small programs (on a GPU, --cudagraphs
-            # replays them as CUDA graphs instead); set on the CPU in every twin that compiles there, a choice made
-            # from one CPU's measurement (docs/speed_settings.md)
-            torch._inductor.config.cpp_wrapper = True
-        # trace torch.autograd.grad into the compiled graph: forward, backward and the Adam steps of the
-        # whole update become one program, with no graph break and one guard check per update
+            # [fallback-random] compiled code draws from torch's generator, as eager code does: the same numbers
+            torch._inductor.config.fallback_random = True
+            torch._inductor.config.cpp_wrapper = True  # kernels called from C++: a smaller fixed cost per call
         torch._dynamo.config.trace_autograd_ops = True
-        # a crash worked around: torch before 2.12 cannot compile this update on CUDA (see the harness)
+        # torch before 2.12 cannot compile this update on CUDA without an option (the harness says why)
         update = torch.compile(update, options=harness.inductor_options(device))
         if device.type in COMPILED_ACTING:
             policy = torch.compile(policy)
-    # [7] the update's variants (a policy step or not, a target step or not): under --compile a program each
+    # [compile] the update's variants (a policy step or not, a target step or not): under --compile a program each
     updates = {(p, t): functools.partial(update, policy_step=p, target_step=t)
                for p in (False, True) for t in (False, True)}
     if args.cudagraphs:
-        # [8] each variant of the update, and the acting step, captured as a graph after its warm-up calls (which
-        # let compilation finish); without CUDA the module calls the function, after cloning its tensor arguments
+        # [cudagraphs] each variant of the update, and the acting step, one graph replay, captured once the warm-up
+        # calls have let compilation finish (without CUDA: called directly, each tensor argument cloned)
         warmup = 4 if args.compile else 2
         updates = {key: CudaGraphModule(fn, warmup=warmup) for key, fn in updates.items()}
         policy = CudaGraphModule(policy, warmup=warmup)
 
-    def update(idx, policy_step, target_step):  # [7] the loop's update: its variant's program
+    def run_update(idx, policy_step, target_step):  # [compile] the loop's update: its variant's program
         return updates[policy_step, target_step](idx)
 
     # the run's whole state, for its checkpoints (--checkpoint-every, Ctrl-C) and --resume
@@ -456,8 +424,7 @@ def main(args: Args) -> None:
         if global_step < args.learning_starts:
             action = env.action_space.sample()
         else:
-            # [4] the acting step on the detached weights (compiled or graphed with the flags, above)
-            action, _, _ = policy(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])
+            action, _, _ = policy(torch.as_tensor(obs, device=device, dtype=torch.float32)[None])  # [detached-policy]
             action = action[0].cpu().numpy()
 
         # TRY NOT TO MODIFY: execute the game and log data.
@@ -480,8 +447,8 @@ def main(args: Args) -> None:
 
         # ALGO LOGIC: training.
         if global_step > args.learning_starts:
-            idx = rb.sample_indices(args.batch_size)  # [3] only the batch's indices here: the update gathers the batch
-            losses |= update(idx, policy_step=global_step % args.policy_frequency == 0,
+            idx = rb.sample_indices(args.batch_size)  # [device-buffer] the batch's indices: the update gathers it
+            losses |= run_update(idx, policy_step=global_step % args.policy_frequency == 0,
                              target_step=global_step % args.target_network_frequency == 0)
 
             if global_step % 100 == 0:
@@ -492,8 +459,9 @@ def main(args: Args) -> None:
 
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
-        qf1, qf2 = (qnet_params.data[i].flatten_keys(".").to_dict() for i in range(2))  # [2] unstacked: eager's layout
-        torch.save({"algo": "sac", "args": asdict(args), "actor": actor.state_dict(), "qf1": qf1, "qf2": qf2}, model_path)
+        qf1_state, qf2_state = (qnet_params.data[i].flatten_keys(".").to_dict() for i in range(2))  # [vmap-q] eager's layout
+        torch.save({"algo": "sac", "args": asdict(args), "actor": actor.state_dict(), "qf1": qf1_state, "qf2": qf2_state},
+                   model_path)
         print(f"model saved to {model_path}")
 
         def act(obs):  # the policy's mean action, as CleanRL's evaluation plays it

@@ -326,6 +326,25 @@ def checkpoint_lines(lines: list[str]) -> set[int]:
     return found
 # what the lesson asks of every pair (issue 58): every hunk tagged, most with one optimization, none too long
 MOST_CHANGED, ONE_TAG_SHARE = 60, 0.8
+TAG = re.compile(r"\[([a-z][a-z0-9]*(?:-[a-z0-9]+)*)\]")  # an optimization's name, as a twin's prose writes it
+LISTED = re.compile(r"^- \[([a-z][a-z0-9-]*)\] ", re.M)  # an item of a twin's docstring list
+
+
+def optimizations_table() -> dict[str, str]:
+    """docs/optimizations.md's table of every optimization: {name: its "used by" cell}."""
+    from helpers import REPO
+
+    text = (REPO / "docs" / "optimizations.md").read_text()
+    table = text.split("## Every optimization, pair by pair")[1].split("\n\n|")[1].split("\n\n")[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in ("|" + table).splitlines()[2:]]
+    return {re.fullmatch(r"`\[(.+)\]`", row[0]).group(1): row[2] for row in rows}
+
+
+def listed(script: str) -> list[str]:
+    """The names a script's docstring lists, in order."""
+    from helpers import SCRIPT_DIR
+
+    return LISTED.findall((SCRIPT_DIR / f"{script}.py").read_text().split('"""')[1])
 
 
 @dataclass
@@ -367,7 +386,7 @@ def shape_only(old: str, new: str) -> bool:
     return a is not None and a == b and old.strip() != new.strip()
 
 
-def diff_hunks(old: list[str], new: list[str]) -> list[Hunk]:
+def diff_hunks(old: list[str], new: list[str], names=None) -> list[Hunk]:
     """The hunks of the unified diff of two scripts' lines, as `diff -u` cuts them (difflib's grouped opcodes with
     3 lines of context: the hunks of difflib.unified_diff)."""
     import difflib
@@ -378,6 +397,7 @@ def diff_hunks(old: list[str], new: list[str]) -> list[Hunk]:
 
     ends, new_prose = (docstring_end(old), docstring_end(new)), prose(new)
     state = (checkpoint_lines(old), checkpoint_lines(new))
+    names = set(names) if names is not None else set(optimizations_table())
 
     def plumbing(side, i):
         line = (old, new)[side][i]
@@ -391,7 +411,7 @@ def diff_hunks(old: list[str], new: list[str]) -> list[Hunk]:
                 continue
             changed += [(0, i) for i in range(i1, i2)] + [(1, j) for j in range(j1, j2)]
             for j in range(j1, j2):
-                tags |= {int(n) for n in re.findall(r"\[(\d+)\]", new_prose[j])}
+                tags |= set(TAG.findall(new_prose[j])) & names
             for i in range(i1, i2):  # a removed line and an added one that differ by their shape only
                 for j in range(j1, j2):
                     code_old, code_new = old[i].split("  #")[0], new[j].split("  #")[0]
@@ -403,16 +423,16 @@ def diff_hunks(old: list[str], new: list[str]) -> list[Hunk]:
     return hunks
 
 
-def lesson_faults(old: list[str], new: list[str], name: str) -> list[str]:
+def lesson_faults(old: list[str], new: list[str], name: str, names=None) -> list[str]:
     """What keeps `diff -u` of a pair from reading as its lesson (the contract): a hunk that is not plumbing and
-    carries no tag, or a tag its optimized script's docstring does not number; fewer than ONE_TAG_SHARE of those
+    carries no name, or a name its optimized script's docstring does not list; fewer than ONE_TAG_SHARE of those
     hunks carrying exactly one optimization; a hunk of more than MOST_CHANGED changed lines; a change of shape
     riding along (a removed and an added line that compute the same: `shape_only`); an optimization of the
-    docstring's numbered list that no hunk carries."""
-    items = {int(m.group(1)) for line in new[:60] if (m := re.match(r"(\d+)\. ", line))}
+    docstring's list that no hunk carries. `names`: the optimizations' names (docs/optimizations.md's)."""
+    items = set(LISTED.findall("\n".join(new).split('"""')[1]))
     if not items:
-        return [f"{name}: its docstring numbers no optimization (1., 2., ...)"]
-    lesson = [h for h in diff_hunks(old, new) if not h.plumbing]
+        return [f"{name}: its docstring lists no optimization (- [name] ...)"]
+    lesson = [h for h in diff_hunks(old, new, names) if not h.plumbing]
     faults = [f"{name} {h.header}: untagged" for h in lesson if not h.tags]
     faults += [f"{name} {h.header}: tagged {sorted(h.tags - items)}, not in the docstring's list"
                for h in lesson if h.tags - items]
@@ -425,7 +445,7 @@ def lesson_faults(old: list[str], new: list[str], name: str) -> list[str]:
                       f"{ONE_TAG_SHARE:.0%}: " + ", ".join(f"{h.header} {sorted(h.tags)}" for h in lesson
                                                              if len(h.tags) > 1))
     used = set().union(*(h.tags for h in lesson)) if lesson else set()
-    return faults + [f"{name}: optimization {n} of the docstring tags no hunk" for n in sorted(items - used)]
+    return faults + [f"{name}: optimization [{n}] of the docstring tags no hunk" for n in sorted(items - used)]
 
 
 PAIR_NAMES = [s for s in CHECKED if f"{s}_torchcompile" in CHECKED]
@@ -449,19 +469,22 @@ def test_the_diff_test_sees_a_rename_a_bare_hunk_and_a_long_one():
     optimizations."""
     old = ["def update(data):", "    x = data.obs", "    y = net(x)", "    loss = (y).mean()", "    a = 1", "    b = 2",
            "    c = 3", "    d = 4", "    e = 5", "    f = 6", "    g = 7", "    return loss"]
-    doc = ['"""Fast.', "", "1. one", "2. two", '"""']
-    new = doc + old[:2] + ["    y = vnet(x)  # [1] vmapped"] + old[3:]
-    assert lesson_faults(doc + old, new, "pair") == ["pair: optimization 2 of the docstring tags no hunk"]
+    doc = ['"""Fast.', "", "- [one] one", "- [two] two", '"""']
+    names = {"one", "two"}
+    new = doc + old[:2] + ["    y = vnet(x)  # [one] vmapped"] + old[3:]
+    assert lesson_faults(doc + old, new, "pair", names) == ["pair: optimization [two] of the docstring tags no hunk"]
     renamed = new[:6] + ['    x = data["obs"]'] + new[7:]
-    assert any("a change of shape" in f for f in lesson_faults(doc + old, renamed, "pair"))
+    assert any("a change of shape" in f for f in lesson_faults(doc + old, renamed, "pair", names))
     shaped = new[:8] + ["    loss = y.mean()"] + new[9:]
-    assert any("a change of shape" in f for f in lesson_faults(doc + old, shaped, "pair"))
+    assert any("a change of shape" in f for f in lesson_faults(doc + old, shaped, "pair", names))
     bare = new[:-2] + ["    g = 8"] + new[-1:]
-    assert any("untagged" in f for f in lesson_faults(doc + old, bare, "pair"))
-    long = new[:-1] + [f"    h{i} = {i}" for i in range(61)] + ["    # [2] many", new[-1]]
-    assert any("more than 60" in f for f in lesson_faults(doc + old, long, "pair"))
-    both = new[:7] + ["    y = vnet(x)  # [1] vmapped [2] compiled"] + new[8:]
-    assert any("fewer than 80%" in f for f in lesson_faults(doc + old, both, "pair"))
+    assert any("untagged" in f for f in lesson_faults(doc + old, bare, "pair", names))
+    long = new[:-1] + [f"    h{i} = {i}" for i in range(61)] + ["    # [two] many", new[-1]]
+    assert any("more than 60" in f for f in lesson_faults(doc + old, long, "pair", names))
+    both = new[:7] + ["    y = vnet(x)  # [one] vmapped [two] compiled"] + new[8:]
+    assert any("fewer than 80%" in f for f in lesson_faults(doc + old, both, "pair", names))
+    foreign = new[:7] + ["    y = vnet(x)  # [three] vmapped"] + new[8:]  # a name that is no optimization's: no tag
+    assert any("untagged" in f for f in lesson_faults(doc + old, foreign, "pair", names))
 
 
 # Runs an optimized script's main() with --compile --cudagraphs on the CPU (where CudaGraphModule calls its
@@ -608,21 +631,43 @@ def test_the_gpu_comparison_catches_frozen_inputs(pair, tmp_path):
     assert log_differences(frozen, reference, tags, upto_step=upto, **TOL), "frozen inputs went unnoticed"
 
 
-def test_the_optimizations_table_holds_every_twin_s_list():
-    """docs/optimizations.md's table of every optimization, pair by pair: each twin's column holds exactly the
-    numbers its docstring lists (every optimization in a row, none twice), so the table follows the twins."""
-    from helpers import REPO, SCRIPT_DIR
+# docs/optimizations.md's "used by" cells: a name per optimized twin, and the JAX twins after "JAX:"
+TWINS = {"SAC": "sac_continuous_action", "TD3": "td3_continuous_action", "PPO": "ppo_continuous_action",
+         "PPO Atari": "ppo_atari_envpool", "torchrun": "ppo_atari_envpool_multigpu", "DQN": "dqn",
+         "DQN Atari": "dqn_atari_envpool"}
 
-    columns = {"SAC": "sac_continuous_action", "TD3": "td3_continuous_action", "PPO": "ppo_continuous_action",
-               "PPO Atari": "ppo_atari_envpool", "PPO Atari, torchrun": "ppo_atari_envpool_multigpu",
-               "DQN": "dqn", "DQN Atari": "dqn_atari_envpool"}
-    text = (REPO / "docs" / "optimizations.md").read_text()
-    table = text.split("## Every optimization, pair by pair")[1].split("\n\n|")[1].split("\n\n")[0]
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in ("|" + table).splitlines()]
-    header = rows[0]
-    for name, script in columns.items():
-        cells = [row[header.index(name)] for row in rows[2:]]
-        tags = [int(n) for cell in cells for n in re.findall(r"`(\d+)`", cell)]
-        doc = (SCRIPT_DIR / f"{script}_torchcompile.py").read_text().split('"""')[1]
-        listed = [int(m) for m in re.findall(r"^(\d+)\. ", doc, re.M)]
-        assert sorted(tags) == sorted(set(tags)) == listed, (name, sorted(tags), listed)
+
+def test_the_optimizations_table_holds_every_twin_s_list():
+    """docs/optimizations.md's table has one row per optimization, its name unique; each twin (optimized and JAX)
+    lists in its docstring exactly the names whose row says it uses them, so the table follows the twins."""
+    table = optimizations_table()
+    users = {name: set() for name in table}
+    for name, cell in table.items():
+        torch_part, _, jax_part = cell.partition("JAX:")
+        for pair in filter(None, (x.strip() for x in torch_part.strip().rstrip(";").split(","))):
+            users[name].add(f"{TWINS[pair]}_torchcompile")
+        for pair in filter(None, (x.strip() for x in jax_part.split(","))):
+            users[name].add(f"{TWINS[pair]}_jax")
+    twins = [s for s in CHECKED if s.endswith(("_torchcompile", "_jax"))]
+    for twin in twins:
+        names = listed(twin)
+        assert len(names) == len(set(names)), (twin, names)
+        assert sorted(names) == sorted(n for n, who in users.items() if twin in who), twin
+
+
+def test_one_name_names_one_optimization_everywhere():
+    """A name in brackets in any script's prose (comments, docstrings) is an optimization's name, and in a twin one
+    of its own list: no number left from the numbered lists, no name of another twin's optimization, no name that
+    is in no table row."""
+    from helpers import SCRIPT_DIR
+
+    names = set(optimizations_table())
+    for script in CHECKED:
+        lines = (SCRIPT_DIR / f"{script}.py").read_text().splitlines()
+        text = "\n".join(prose(lines))
+        assert not re.findall(r"\[\d+\]", text), (script, re.findall(r".{30}\[\d+\].{30}", text))
+        used = set(TAG.findall(text)) & names
+        own = set(listed(script)) if script.endswith(("_torchcompile", "_jax")) else set()
+        assert used <= own, (script, sorted(used - own))
+
+

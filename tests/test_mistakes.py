@@ -77,6 +77,25 @@ def test_a_run_that_diverges_stops_itself_in_one_line(script, tmp_path):
         assert not math.isfinite(logged[tag][-1][1]), logged[tag]
 
 
+def test_a_pair_stops_a_diverged_run_where_the_contract_says(tmp_path):
+    """When each script of a pair stops a run that diverged (CONTRIBUTING.md, "A user's mistakes"): the eager SAC
+    samples from a torch.distributions object, whose argument check refuses a NaN parameter at the first sample
+    that has one; its optimized twin, whose sample is written out ([no-distribution]) and whose loop reads nothing
+    back but at logging steps ([no-sync]), stops at the next logging step, when its losses are read. Both in one
+    line, exit code 3; the same weights and draws make the same NaN at the same update."""
+    import re
+
+    stops = {}
+    for script in ("sac_continuous_action", "sac_continuous_action_torchcompile"):
+        run = run_script(script, *SPECS[script].short, *RATES["sac_continuous_action"], cwd=tmp_path / script)
+        last = run.stderr.strip().splitlines()[-1]
+        assert run.returncode == 3 and ONE_LINE_ERROR.match(last), run.stderr[-2000:]
+        stops[script] = (int(re.search(r"error: step (\d+): ", last).group(1)), last)
+    (eager, eager_line), (fast, fast_line) = stops.values()
+    assert "a distribution's parameters are not finite numbers" in eager_line, eager_line
+    assert re.search(r"losses/\w+ is nan", fast_line) and fast % 100 == 0 and eager <= fast < eager + 100, stops
+
+
 def test_a_budget_that_is_not_whole_batches_says_how_many_steps_run(monkeypatch, capsys, tmp_path):
     """A step budget that is not a whole number of an on-policy iteration's batches runs the whole ones: one line
     says how many steps, before any work (it ran 1920 of 2048 steps without a word)."""
