@@ -36,7 +36,7 @@ SURFACE: dict[str, tuple[str, ...]] = {
     "ppo_continuous_action_torchcompile": EVERY + ("make_envs", "Agent", "gae_deltas", "gae_chunk", "chunk_size"),
     "ppo_continuous_action_jax": EVERY + ("make_envs", "Agent") + PPO_JAX,
     "ppo_atari_envpool": EVERY + ("make_envs", "Agent", "EpisodeStats", "compute_gae"),
-    "ppo_atari_envpool_torchcompile": EVERY + ("make_envs", "Agent", "EpisodeStats"),
+    "ppo_atari_envpool_torchcompile": EVERY + ("make_envs", "Agent", "EpisodeStats", "EnvHalves"),
     "ppo_atari_envpool_jax": EVERY + ("make_envs", "Agent", "EpisodeStats") + PPO_JAX,
     "ppo_atari_envpool_multigpu": EVERY,
     "ppo_atari_envpool_multigpu_torchcompile": EVERY,

@@ -42,7 +42,7 @@ def test_a_sample_goes_where_main_was(script):
     # optimized and JAX twins: compiled, jitted, the JAX DQN twins' buffer writes fused in; an eager script shaped
     # as its twin): every such line is update time, and there is one
     backward = lines_matching(main, r"\.backward\(\)") if script in PAIRS.values() else []
-    updates = lines_matching(main, r"(?<![\w.])(?<!def )(update\w*|updates\[[^\]]*\]|train_step)\(")
+    updates = lines_matching(main, r"(?<![\w.])(?<!def )((run_)?update\w*|updates\[[^\]]*\]|train_step)\(")
     if script not in PAIRS.values():
         assert updates, "no call of the update was found in main()"
     assert backward or updates, "no update was found in main(): neither its backward pass nor a call of it"

@@ -95,7 +95,7 @@ LEAF_RULES = [
                 r"|\bkept\b|print\(|episode_stats|\bgames\b|device_get"),
     ("environment", r"\benvs?\.(step|reset)\("),
     # the JAX DQN twins' jitted update also writes the staged steps into the buffer: the call is the update
-    ("update", r"= update\("),
+    ("update", r"= update\(|\brun_update\("),
     ("environment + acting", r"= rollout\("),  # JAX's Atari twin: envpool's XLA step and the policy, one jitted scan
     ("storage", r"\brb\.(add|start)\(|rb = (buffer_add|write_steps|start)\(|staged\.|rollout\[|\w+\[step\] = "),
     ("acting", r"get_action|\bpolicy\(|\bactor\(|greedy_action|q_network\(|\bact\(|action_space\.sample|epsilon|"
@@ -108,8 +108,13 @@ LOGGING_BLOCK = r"% 100 == 0|\"episode\" in info|for game_step|if \"final_info\"
 UPDATE_LEAF = r"gae\(|compute_gae|advantages|param_groups|\blr\b|learning_rate|anneal|\bfrac\b|optimizer|update\w*\("
 
 
+# main()'s closures whose lines are read as main()'s own: the rollout's loop, moved into a function of its own
+INLINED = ("collect",)
+
+
 class Main:
-    """A script's main(): for each of its lines, the statements that hold it, outermost first."""
+    """A script's main(): for each of its lines, the statements that hold it, outermost first (the lines of an
+    INLINED closure: its own statements')."""
 
     def __init__(self, path: Path):
         source = path.read_text()
@@ -123,6 +128,8 @@ class Main:
             path = parents + [st]
             for line in range(st.lineno, st.end_lineno + 1):
                 self.paths[line] = path
+            if isinstance(st, ast.FunctionDef) and st.name in INLINED:
+                self._walk(st.body, [])
             if isinstance(st, (ast.FunctionDef, ast.ClassDef)):
                 continue  # a closure's own lines are reached through its frame, not main's
             for name in ("body", "orelse", "finalbody"):
@@ -130,14 +137,18 @@ class Main:
                 self._walk(inner, path)
 
     def text(self, st: ast.stmt) -> str:
-        """A statement's text; for a block, its header only."""
-        end = st.body[0].lineno - 1 if isinstance(st, (ast.If, ast.For, ast.While, ast.With)) else st.end_lineno
+        """A statement's text; for a block (a closure's too), its header only."""
+        blocks = (ast.If, ast.For, ast.While, ast.With, ast.FunctionDef, ast.ClassDef)
+        end = st.body[0].lineno - 1 if isinstance(st, blocks) else st.end_lineno
         return " ".join(line.strip() for line in self.lines[st.lineno - 1:end])
 
 
 def classify(frames: list[str], script_file: str, main: Main) -> str:
     """The category of one sample (its frames, outermost first, as py-spy writes them: 'name (file:line)')."""
     at = next((i for i, f in enumerate(frames) if f.startswith("main (") and script_file in f), None)
+    while at is not None and at + 1 < len(frames) and script_file in frames[at + 1] \
+            and frames[at + 1].split(" (")[0] in INLINED:
+        at += 1  # an INLINED closure's line decides, as main()'s would
     # the frames main() called (the harness's run() calls main() itself: an outer frame says nothing)
     for frame in frames if at is None else frames[at + 1:]:
         where = frame.rsplit("(", 1)[-1]

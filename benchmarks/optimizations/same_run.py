@@ -10,7 +10,6 @@
 """
 
 import argparse
-import dataclasses
 import shlex
 import subprocess
 import sys
@@ -30,8 +29,8 @@ def envs_agree(env_id: str, num_envs: int, steps: int, seed: int) -> int:
     """The steps, of `steps` random ones, on which the halves returned what one pool returned."""
     twin = load_script(SCRIPT)
     args = twin.Args(env_id=env_id, num_envs=num_envs, seed=seed)
-    one, halves = twin.make_envs(args), twin.make_envs(dataclasses.replace(args, async_envs=True))
-    one.reset(), halves.reset()
+    one, halves = twin.make_envs(args), twin.EnvHalves(args, seed)  # EnvHalves resets its halves itself
+    one.reset()
     rng, agreed = np.random.default_rng(seed), 0
     for _ in range(steps):
         actions = rng.integers(0, one.single_action_space.n, num_envs)
