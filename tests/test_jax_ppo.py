@@ -246,9 +246,8 @@ def assert_same_losses(stats, ran, record, num_minibatches, rtol=1e-4, atol=1e-6
     for k, step in enumerate(steps):
         epoch, mb = divmod(k, num_minibatches)
         for eager_name, name in names.items():
-            ours = float(stats[name][epoch, mb])
-            assert abs(ours - step[eager_name]) <= atol + rtol * abs(step[eager_name]), \
-                f"minibatch {k}, {name}: {ours} (JAX) vs {step[eager_name]} (eager)"
+            np.testing.assert_allclose(float(stats[name][epoch, mb]), step[eager_name], rtol=rtol, atol=atol,
+                                       err_msg=f"minibatch {k}, {name} (JAX against eager)")
 
 
 def assert_stored_as_eager(record, script, obs, actions, logprobs, values, dones, atol=1e-5):

@@ -2,6 +2,7 @@
 numbers match its eager twin's and its own with --compile, a seed gives the same numbers twice,
 and both scripts of each pair learn Pendulum."""
 
+import numpy as np
 import pytest
 import torch
 from helpers import OFF_POLICY_LEARN as LEARN, OFF_POLICY_SHORT as SHORT, OFF_POLICY_TAGS as TAGS, \
@@ -104,3 +105,23 @@ def test_buffer_cuts_the_bootstrap_at_terminations_only(script, tmp_path, monkey
     truncated = ends & ~fell[:-1]
     assert fell.sum() >= 5 and truncated.sum() >= 5, (fell.sum(), truncated.sum())
     assert (data["observations"][1:][truncated].abs().max(1).values <= 0.01).all()  # a reset state follows
+
+
+@pytest.mark.parametrize("script", [s for pair in TAGS for s in (eager(pair), fast(pair))])
+def test_a_batch_holds_written_transitions_only(script):
+    """Each script's buffer, filled by hand (transition i has reward i + 1), drawn from many times: a batch holds the
+    transitions written and no other row (never the zeros of a row not written yet: the write head's), all of them in
+    time, and after the buffer wraps around, only the newest `size` ones."""
+    module = load_script(script)
+    rb = module.ReplayBuffer(20, 1, 1, torch.device("cpu"))
+
+    def drawn(n: int = 4000) -> set[int]:
+        idx = rb.sample_indices(n) if hasattr(rb, "sample_indices") else None
+        data = rb.batch(idx) if idx is not None else rb.sample(n)
+        return set(data["rewards"].flatten().round().int().tolist())
+
+    for i in range(30):
+        rb.add(np.zeros(1), np.zeros(1), np.zeros(1), i + 1.0, 0.0)
+        if i == 6:
+            assert drawn() == set(range(1, 8))
+    assert drawn() == set(range(11, 31))
