@@ -43,12 +43,13 @@ def leg_command(script: str, flags: list[str], resume: str | None) -> tuple[list
 
 def run_leg(cmd: list[str], cwd: Path, kill_at: int | None, env: dict) -> tuple[int, int | None, str]:
     """One leg: the command, killed with SIGKILL once its progress bar passes `kill_at`; (exit code, the step
-    it was killed at, the tail of its stderr)."""
+    it was killed at, the head and the tail of its stderr: the resume line is at its start)."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    tail, killed = [""], [None]
+    head, tail, killed = [""], [""], [None]
 
     def read():
         for chunk in iter(lambda: proc.stderr.read(512), ""):
+            head[0] = (head[0] + chunk)[:20000]
             tail[0] = (tail[0] + chunk)[-20000:]
             if kill_at is not None and killed[0] is None:
                 steps = [int(m) for m in re.findall(r"(\d+)/\d+ \[", tail[0][-2000:])]
@@ -60,7 +61,7 @@ def run_leg(cmd: list[str], cwd: Path, kill_at: int | None, env: dict) -> tuple[
     reader.start()
     code = proc.wait()
     reader.join(timeout=60)
-    return code, killed[0], tail[0]
+    return code, killed[0], head[0] + "\n" + tail[0]
 
 
 def write_events_csv(points: dict, path: Path, compress: bool) -> None:
