@@ -2,6 +2,7 @@
 and timing helpers."""
 
 import json
+import re
 import shlex
 import sys
 import time
@@ -79,25 +80,29 @@ def dynamo_counts() -> tuple[int, int]:
 
 
 class NoCompiling:
-    """A context in which compiled functions must run the graphs they compiled before: recompiling is an
-    error (dynamo's error_on_recompile), and so is any first compilation (checked on dynamo's counts when
-    the context ends, or with `check()`). For timings that must be those of graphs compiled earlier."""
+    """A context in which compiled functions must run the graphs they compiled before: any compilation, a
+    recompilation or a first one, raises (torch.compiler.set_stance("fail_on_recompile"): dynamo's cache misses
+    fail). For timings that must be those of graphs compiled earlier. `check()` is kept for callers that ask
+    between rounds (the stance has already raised if anything compiled)."""
 
     def __enter__(self):
-        self.graphs = dynamo_counts()[0]
-        self.patch = torch._dynamo.config.patch(error_on_recompile=True)
-        self.patch.__enter__()
+        self.stance = torch.compiler.set_stance("fail_on_recompile")
+        self.stance.__enter__()
         return self
 
     def check(self) -> None:
-        if (new := dynamo_counts()[0] - self.graphs) > 0:
-            raise RuntimeError(f"{new} graphs compiled while timing: these times are not those of the graphs "
-                               "compiled before")
+        """Nothing compiled so far in the context (the stance raises at a compilation)."""
 
     def __exit__(self, kind, value, tb):
-        self.patch.__exit__(kind, value, tb)
-        if kind is None:
-            self.check()
+        self.stance.__exit__(kind, value, tb)
+
+
+def error_line(text: str) -> str:
+    """A failure's one line: the exception its stderr's traceback ends with (`Name: message`), else its first line
+    (what failed and its exit code, where the tail kept holds it)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()] or ["?"]
+    return next((line for line in reversed(lines) if re.match(r"[\w.]+(Error|Exception|Interrupt)\b", line)),
+                lines[0])
 
 
 def one_line(err: BaseException, limit: int = 240) -> str:

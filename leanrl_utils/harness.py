@@ -689,10 +689,15 @@ def diverged(what: str, step: int | None) -> NoReturn:
     sys.exit(3)
 
 
+# the progress bars this process's runs opened (Progress), until closed: a line printed after a run's end must not
+# land on one of them
+_bars: list = []
+
+
 def close_bars() -> None:
-    """Every progress bar closed, its line ended: what is printed next starts a line of its own."""
-    for bar in list(getattr(tqdm.tqdm, "_instances", ())):
-        bar.close()
+    """Every progress bar a run opened closed, its line ended: what is printed next starts a line of its own."""
+    while _bars:
+        _bars.pop().close()
 
 
 class Progress:
@@ -713,6 +718,7 @@ class Progress:
             start_step = max(start_step, _resume["step"])
         self.writer, self.steps, self.times, self.busy = writer, (start_step, start_step + warmup_steps), {}, busy
         self.bar = tqdm.tqdm(total=total, desc=args.exp_name, unit="step", disable=disable)
+        _bars.append(self.bar)
 
     def tick(self, step: int) -> None:
         """The loop is at `step` (`step` environment steps done): the bar shows them, and at the fps window's
@@ -748,6 +754,8 @@ class Progress:
         """The loop is over: the bar full, its line ended."""
         self.bar.update(self.bar.total - self.bar.n)
         self.bar.close()
+        if self.bar in _bars:
+            _bars.remove(self.bar)
 
 
 def run(main: Callable, Args: type, check_args: Callable | None = None, argv: list[str] | None = None) -> None:

@@ -58,27 +58,6 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if not item.get_closest_marker("gpu")]
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item):
-    """LEANRL_TEST_TIMEOUT=SECONDS (the GPU sitting sets it, benchmarks/gpu/gpu.py): a test whose call runs longer fails
-    with that said, and the session goes on to the next test. SIGALRM raises pytest's failure in the test's main
-    thread, where subprocess.run, interrupted, kills the run it waits for. (pytest-timeout does this too, but CI
-    has not got it, and the sitting is rehearsed there.)"""
-    limit = float(os.environ.get("LEANRL_TEST_TIMEOUT") or 0)
-    if limit <= 0:
-        return (yield)
-
-    def expired(signum, frame):
-        pytest.fail(f"over the {limit:g} s that LEANRL_TEST_TIMEOUT gives a test", pytrace=False)
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    try:
-        return (yield)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def pytest_unconfigure(config):
     """The fork servers (forkserver.py) end with the session: each exits, and is waited for, when its socket closes;
     the session's XLA cache is removed by the process that made it."""

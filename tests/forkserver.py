@@ -316,7 +316,13 @@ def close_all() -> None:
 
 class ForkedPopen(subprocess.Popen):
     """subprocess.Popen of `[sys.executable, *ARGS]`, its process forked by a server: subprocess makes the pipes
-    and reads them, waits for the run, signals it, as for its own child (which it is: see the module's docstring)."""
+    and reads them, waits for the run, signals it, as for its own child (which it is: see the module's docstring).
+
+    A private method is overridden here, on purpose: subprocess has no public way to give a Popen (its pipes,
+    `communicate`, `wait`, timeouts) a process that it did not start itself, and `_execute_child` is where Popen
+    starts its child, after making the pipes. tests/test_runs.py holds the private names this leans on (the
+    method's parameters, `_close_pipe_fds`, `_child_created`) to CPython's, so that a change there fails a test,
+    not a run."""
 
     def __init__(self, server: Server, args, **kwargs):
         self._server = server

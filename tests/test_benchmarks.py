@@ -381,3 +381,23 @@ def test_busy_machine_table_and_load():
         assert [p.poll() for p in load.procs] == [None, None]
         pids = [p.pid for p in load.procs]
     assert all(not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z" for pid in pids)
+
+
+def test_no_compiling_lets_a_compiled_graph_run_and_refuses_any_compilation():
+    """benchmarks.common.NoCompiling (torch.compiler.set_stance("fail_on_recompile")): inside it a function runs the
+    graph it compiled before; a recompilation (a new shape) and a first compilation both raise, so a timing never
+    times the compiler."""
+    import torch
+
+    from benchmarks.common import NoCompiling
+
+    def f(x):
+        return x * 2 + 1
+
+    compiled = torch.compile(f, backend="eager")
+    compiled(torch.ones(3))
+    with NoCompiling():
+        assert compiled(torch.ones(3)).tolist() == [3.0, 3.0, 3.0]
+    for call in (lambda: compiled(torch.ones(3, 4)), lambda: torch.compile(lambda x: x - 1, backend="eager")(torch.ones(2))):
+        with pytest.raises(Exception, match="fail_on_recompile"), NoCompiling():
+            call()

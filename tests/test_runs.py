@@ -154,6 +154,21 @@ def same_but_the_bars(a: Run, b: Run) -> None:
     assert said[0] == said[1]
 
 
+def test_the_private_popen_names_the_fork_server_leans_on_are_there():
+    """ForkedPopen overrides subprocess.Popen._execute_child (no public way gives a Popen a process it did not
+    start) and calls `_close_pipe_fds` and sets `_child_created`: the parameters it takes by position, and the
+    names it uses, are CPython's still."""
+    import inspect
+    import subprocess
+
+    params = list(inspect.signature(subprocess.Popen._execute_child).parameters)
+    assert params[:17] == ["self", "args", "executable", "preexec_fn", "close_fds", "pass_fds", "cwd", "env",
+                           "startupinfo", "creationflags", "shell", "p2cread", "p2cwrite", "c2pread", "c2pwrite",
+                           "errread", "errwrite"], params
+    assert callable(subprocess.Popen._close_pipe_fds)
+    assert "self._child_created = True" in inspect.getsource(subprocess.Popen)
+
+
 def test_run_script_forks_and_logs_what_a_subprocess_logs(tmp_path):
     """helpers.run_script forks its run: DQN's short run, forked, logs exactly what it logs as a subprocess, and says
     the same (progress bars aside)."""

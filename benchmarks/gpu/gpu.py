@@ -18,7 +18,7 @@ what was left for the next command), machine.json (every machine of the sitting,
 commit) and the files of its parts; benchmarks/gpu/gpu.sh adds console.log (everything printed).
 
 The plan (--plan; its flags can be given one by one) picks the parts, in this order:
-- tests: `pytest -m gpu -n <cores>`, each test at most --test-timeout seconds (LEANRL_TEST_TIMEOUT, tests/conftest.py),
+- tests: `pytest -m gpu -n <cores>`, each test at most --test-timeout seconds (pytest-timeout's --timeout),
   in a process group of its own; before the budget's end (keeping the time the next parts are expected to need) it
   gets a SIGINT, on which pytest writes its junit file with what has finished, and --grace seconds later the group is
   killed, the test runs with it (junit.xml, pytest.log). The children get SIGINT's default back where this command
@@ -67,7 +67,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, command_line
+from benchmarks.common import error_line, REPO, command_line
 from benchmarks.sps import kill_group, run_once, verdict
 from benchmarks.vs_leanrl.vs_leanrl import fixes_applied, standin_speeds, window_fps
 from leanrl_utils.events import read_run
@@ -320,8 +320,7 @@ def tests(sitting: Sitting, workers: int, per_test: float, reserve: float, grace
     with open(sitting.file("pytest.log"), "w") as log:
         log.write(f"machine: {sitting.machine}\n")
         log.flush()
-        proc = start_group(cmd, REPO, sitting.env | {"LEANRL_TEST_TIMEOUT": f"{per_test:g}"}, stdout=log,
-                           stderr=subprocess.STDOUT)
+        proc = start_group(cmd + [f"--timeout={per_test:g}"], REPO, sitting.env, stdout=log, stderr=subprocess.STDOUT)
         how = stop_gracefully(proc, stop_at, grace)
     lines = [line for line in (sitting.out / "pytest.log").read_text().splitlines() if line.strip()]
     sitting.log(f"tests: {how}, exit {proc.returncode}: {lines[-1] if lines else 'no output'} "
@@ -552,14 +551,6 @@ def fps_of(rounds: list[dict], mode: str) -> list[float | None]:
 def both(rounds: list[dict], a: str, b: str) -> list[tuple[float, float]]:
     """(fps in a, fps in b) of the rounds that measured both: each pair ran on one machine, back to back."""
     return [(x, y) for x, y in zip(fps_of(rounds, a), fps_of(rounds, b)) if x is not None and y is not None]
-
-
-def error_line(text: str) -> str:
-    """A failure's one line: the exception its stderr's traceback ends with (`Name: message`), else its first line
-    (what failed and its exit code, where the tail kept holds it)."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()] or ["?"]
-    return next((line for line in reversed(lines) if re.match(r"[\w.]+(Error|Exception|Interrupt)\b", line)),
-                lines[0])
 
 
 def fps_cell(rounds: list[dict], mode: str, reference: str | None = None) -> str:
