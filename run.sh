@@ -92,15 +92,20 @@ for seed in "${seeds[@]}"; do [[ "$seed" =~ ^[0-9]+$ ]] || die "--seeds: '$seed'
 cuda=$("$PYTHON" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null) \
   || die "cannot import torch with '$PYTHON' (install the requirements first, see README)"
 jax=$("$PYTHON" -c "import jax, flax, optax" >/dev/null 2>&1 && echo 1 || echo 0)
+# what the report needs at the end, checked before the first run rather than after hours of them
+for module in matplotlib tensorboard; do
+  "$PYTHON" -c "import $module" >/dev/null 2>&1 \
+    || die "cannot import $module, which the report needs (pip install -e \".[test]\", or the README's install)"
+done
 mkdir -p "$out/logs" || die "cannot create '$out'"
 out=$(cd "$out" && pwd)
-"$PYTHON" -c "import json; from leanrl_utils.machine import describe_machine; \
-json.dump(describe_machine(), open('$out/hardware.json', 'w'), indent=1)"
+"$PYTHON" -c "import json, sys; from leanrl_utils.machine import describe_machine; \
+json.dump(describe_machine(), open(sys.argv[1], 'w'), indent=1)" "$out/hardware.json"
 # a folder filled by several invocations (a rerun resumes, another --scripts adds pairs) records each
 grep -qxF -- "$command" "$out/command.txt" 2>/dev/null || echo "$command" >> "$out/command.txt"
 if [ -n "$preset" ]; then
-  "$PYTHON" -c "import json; from leanrl_utils.presets import load; \
-json.dump(load('$preset'), open('$out/preset.json', 'w'), indent=1)"
+  "$PYTHON" -c "import json, sys; from leanrl_utils.presets import load; \
+json.dump(load(sys.argv[1]), open(sys.argv[2], 'w'), indent=1)" "$preset" "$out/preset.json"
 fi
 
 failed=0 done_runs=0 skipped=0

@@ -172,6 +172,31 @@ def test_run_sh_bad_input(args, message):
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_run_sh_refuses_a_missing_report_dependency_before_any_run(tmp_path):
+    """matplotlib (the report's plots) hidden from run.sh's Python: one line naming it, exit code 2, before any run
+    (before its output folder is made)."""
+    hidden = tmp_path / "hidden"
+    (hidden / "matplotlib").mkdir(parents=True)
+    (hidden / "matplotlib" / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    env = dict(ENV, PYTHONPATH=f"{hidden}:{ENV.get('PYTHONPATH', '')}")
+    out = tmp_path / "it's here"
+    proc = subprocess.run(["bash", "run.sh", "--quick", "--scripts", "dqn", "--seeds", "1", "--out", str(out)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "cannot import matplotlib, which the report needs" in lines[0]
+    assert not out.exists()
+
+
+@pytest.mark.slow  # an end-to-end command: the full suite's
+def test_run_sh_takes_an_output_folder_with_a_quote_in_its_name(tmp_path):
+    """No value of the command line is pasted into code: a folder named with a quote gets its files (each run
+    refused at once here: fewer steps than learning starts)."""
+    out = tmp_path / "it's here"
+    proc = subprocess.run(["bash", "run.sh", "--quick", "--scripts", "dqn", "--seeds", "1", "--steps", "100", "--out",
+                           str(out)], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert json.loads((out / "hardware.json").read_text())["cores"] and (out / "report.md").exists(), proc.stderr
+
+
 @pytest.mark.slow
 def test_run_sh_quick_end_to_end(tmp_path):
     out = tmp_path / "results"
