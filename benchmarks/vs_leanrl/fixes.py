@@ -83,6 +83,17 @@ FIXES = {
          "gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10), env.observation_space)"),
         PPO_DETACHED,
     ],
+    "dqn_torchcompile": [
+        ("gymnasium 1.x: same-step autoreset asked for",
+         "[make_env(args.env_id, args.seed + i, i, args.capture_video, run_name) for i in range(args.num_envs)]\n    )",
+         "[make_env(args.env_id, args.seed + i, i, args.capture_video, run_name) for i in range(args.num_envs)],\n"
+         "        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,\n    )"),
+        FINAL_INFO,
+        ("gymnasium 1.x: the final observation is `final_obs`",
+         'infos["final_observation"][idx]', 'infos["final_obs"][idx]'),
+        ("tensordict 0.15: the acting copy's weights put in with preserve_module_state=False",
+         "params_vals.to_module(q_network_detach)", "params_vals.to_module(q_network_detach, preserve_module_state=False)"),
+    ],
     "ppo_atari_envpool_torchcompile": [
         ("gymnasium in place of gym", "# import gymnasium as gym\nimport gym\n", "import gymnasium as gym\n"),
         ("envpool 1.x: the wrapper takes `reset`'s observations and infos, and gives the script the observations",

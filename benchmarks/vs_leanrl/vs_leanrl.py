@@ -11,7 +11,9 @@ values are read back from the run file. How LeanRL times a run differs per scrip
 since a start step S0 (cumulative); then the fps over the same window as ours (from step `frm` to the
 last log) is recovered exactly from the logged values, t = (step - S0) / speed. Its Atari PPO logs the
 fps of the last 10 iterations; then the rate over the windows after the first (the warm-up) is used.
-Ours is `charts/SPS`, as benchmarks/sps.py reads it. Every round runs every configuration once.
+Ours is `charts/SPS`, as benchmarks/sps.py reads it. Every round runs every configuration once. A LeanRL
+configuration that fails (its run stops with an error) is recorded as failed, with the exception its traceback ends
+with, left out of the later rounds, and the rest go on.
 """
 
 import argparse
@@ -26,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import write_results
+from benchmarks.common import error_line, write_results
 from benchmarks.sps import run_once, verdict
 from leanrl_utils.events import wandb_history
 
@@ -93,6 +95,10 @@ def window_fps(rows: list[tuple[int, float]], s0: int | None, frm: int | None) -
     return (last - frm) / (times[last] - times[frm])
 
 
+class PeerFailed(Exception):
+    """A LeanRL configuration whose run failed: what it said, in one line."""
+
+
 def leanrl_fps(leanrl: Path, pydeps: str, script: str, flags: str, env_id: str, total: int, s0, frm) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "PYTHONPATH": pydeps, "WANDB_MODE": "offline", "WANDB_DIR": tmp}
@@ -100,7 +106,7 @@ def leanrl_fps(leanrl: Path, pydeps: str, script: str, flags: str, env_id: str, 
                str(total), *shlex.split(flags)]
         proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
         if proc.returncode:
-            raise SystemExit(f"LeanRL {script} {flags}: {proc.stderr[-2000:]}")
+            raise PeerFailed(f"exit code {proc.returncode}: {error_line(proc.stderr)[:200]}")
         rows = logged_speeds(Path(glob.glob(f"{tmp}/wandb/offline-run-*/run-*.wandb")[0]))
     return window_fps(rows, s0, frm)
 
@@ -155,23 +161,33 @@ def main():
     for pair in opts.pairs.split(","):
         ours, args, total, theirs = PAIRS[pair]
         env_id, common = shlex.split(args)[1], shlex.split(args)[2:]
-        fps = {ours: []} | {name: [] for name, *_ in theirs}
+        fps, failed = {ours: []} | {name: [] for name, *_ in theirs}, {}
         for rnd in range(opts.rounds):
             with tempfile.TemporaryDirectory() as tmp:
                 fps[ours].append(run_once(ours, common, total, env_id, Path(tmp))["sps"])
             for name, script, flags, s0, frm in theirs:
-                fps[name].append(leanrl_fps(opts.leanrl, opts.pydeps, script, flags, env_id, total, s0, frm))
-            print(f"{pair} round {rnd + 1}: " + ", ".join(f"{k}: {v[-1]:.1f}" for k, v in fps.items()),
-                  file=sys.stderr, flush=True)
-        best = max((n for n, *_ in theirs), key=lambda n: statistics.median(fps[n]))
-        ratios = [x / y for x, y in zip(fps[ours], fps[best])]  # same round
+                if name in failed:
+                    continue
+                try:
+                    fps[name].append(leanrl_fps(opts.leanrl, opts.pydeps, script, flags, env_id, total, s0, frm))
+                except PeerFailed as err:  # recorded, and the rest go on
+                    failed[name] = str(err)
+            print(f"{pair} round {rnd + 1}: " + ", ".join(f"{k}: {v[-1]:.1f}" for k, v in fps.items() if v)
+                  + "".join(f", {k}: failed" for k in failed), file=sys.stderr, flush=True)
         lines += [f"## {pair} ({env_id}, {total} steps, {opts.rounds} rounds)", "",
                   "| configuration | fps (median) | per round |", "|---|---|---|"]
-        lines += [f"| {k} | {statistics.median(v):.1f} | {', '.join(f'{x:.1f}' for x in v)} |" for k, v in fps.items()]
-        lines += ["", f"ours / LeanRL's best ({best}): median {statistics.median(ratios):.2f}x, per round "
-                  + ", ".join(f"{x:.2f}" for x in ratios) + f"; by the tie rule (min-max ranges), "
-                  f"{verdict(fps[ours], fps[best])}", ""]
-        data[pair] = fps
+        lines += [f"| {k} | failed | {failed[k]} |" if k in failed else
+                  f"| {k} | {statistics.median(v):.1f} | {', '.join(f'{x:.1f}' for x in v)} |" for k, v in fps.items()]
+        ran = [n for n, *_ in theirs if n not in failed]
+        if ran:
+            best = max(ran, key=lambda n: statistics.median(fps[n]))
+            ratios = [x / y for x, y in zip(fps[ours], fps[best])]  # same round
+            lines += ["", f"ours / LeanRL's best that ran ({best}): median {statistics.median(ratios):.2f}x, per round "
+                      + ", ".join(f"{x:.2f}" for x in ratios) + f"; by the tie rule (min-max ranges), "
+                      f"{verdict(fps[ours], fps[best])}", ""]
+        else:
+            lines += ["", "no LeanRL configuration ran", ""]
+        data[pair] = {k: v for k, v in fps.items() if k not in failed} | {k: {"failed": why} for k, why in failed.items()}
     write_results(opts.out, "\n".join(lines), {"leanrl": state, "fps": data})
 
 
