@@ -90,6 +90,30 @@ def test_same_run_benchmark(tmp_path):
 
 
 @pytest.mark.slow  # an end-to-end command: the full suite's
+def test_checkpoints_benchmark(tmp_path):
+    """DQN's row, measured as the study measures every script: the writes after the first, each timed around the
+    run's own Checkpoint.save; the file's size that of the checkpoint the run left; the share the write's median
+    seconds over the seconds the run's fps takes for --checkpoint-every's default steps."""
+    from leanrl_utils import checkpoints
+
+    out = bench("-m", "benchmarks.checkpoints", "--only", "dqn", "--out", str(tmp_path))
+    data = json.loads((tmp_path / "results.json").read_text())
+    row = data["runs"]["dqn"]
+    assert len(row["write_s_all"]) >= 3 and row["write_s"] == pytest.approx(statistics.median(row["write_s_all"]), abs=1e-4)
+    assert row["share"] == pytest.approx(row["write_s"] * row["sps"] / data["default_every"])
+    assert data["default_every"] == checkpoints_default()
+    assert 1e5 < row["bytes"] < 1e7 and row["sps"] > 0 and row["read_s"] > 0, row  # DQN's buffer of 10000 rows
+    assert table_rows(out)[1][0] == "dqn" and checkpoints.FILE
+
+
+def checkpoints_default() -> int:
+    """--checkpoint-every's default, as the scripts' flags declare it."""
+    from leanrl_utils.harness import RunFlags
+
+    return RunFlags().checkpoint_every
+
+
+@pytest.mark.slow  # an end-to-end command: the full suite's
 def test_inference_benchmark(tmp_path):
     """One tiny configuration per policy: eager, inductor, and a backend that does not exist. Every row
     has its fields; inductor's outputs equal eager's (same seed; on the CPU compiled code draws eager's

@@ -6,8 +6,9 @@ it did since its last periodic checkpoint is lost); leg 2 goes on with `--resume
 until a leg ends the run. Every leg's command, start, end, exit code, the step it was killed at and the step it
 resumed from go into `legs_<script>.json`; every leg's raw scalars (the event file it wrote, as a CSV: tag, step,
 wall time, value) into `legs/<script>_leg<N>.csv.gz`; and the whole run's scalars as TensorBoard reads them (each leg's points
-after the checkpoint it resumed from dropped) into `scalars/`, in the report's layout, so that
-`python -m leanrl_utils.report --plots-only OUT` draws its curves.
+after the checkpoint it resumed from dropped) into `scalars/`, in the report's layout. The report and its curves
+come from the run folders: `python -m leanrl_utils.report ROOT --out OUT`, ROOT the folder above the workdirs, with
+a preset.json there for the final return's window and the thresholds (docs/learning/offpolicy_1m/preset.json).
 
     python -m benchmarks.learning.legs --out docs/learning/offpolicy_1m --workdir /tmp/legs \\
         --script sac_continuous_action_torchcompile --kill-at 347000 --kill-at 712000 -- --compile
@@ -129,7 +130,7 @@ def main():
     log = read_run(run_dir)
     run = report.Run(run_dir, args.script.removesuffix("_torchcompile").removesuffix("_jax"), report.mode_of(log.hparams),
                      log.hparams.get("env_id", "?"), log.hparams.get("seed", "?"), log)
-    report.write_scalars_csv(run, args.out / "scalars" / f"{args.script}__{run.mode}__seed{run.seed}.csv")
+    report.write_scalars_csv(run, args.out / "scalars" / f"{run.algo}__{run.mode}__seed{run.seed}.csv")
     print(f"done: {record}", flush=True)
 
 

@@ -1,0 +1,1 @@
+"""What a checkpoint costs (docs/checkpoints.md): checkpoints.py (`python -m benchmarks.checkpoints`)."""
