@@ -326,6 +326,26 @@ def test_a_jax_twin_on_a_gpu_waits_where_it_reads_a_result():
     assert on_cpu["other"] == pytest.approx(0.25)
 
 
+def test_a_sample_on_no_line_is_other():
+    """Python 3.11+ gives a frame's line as None while it runs an instruction that belongs to no line; CI's sampler
+    caught the JAX DQN twin's main() there once and the row's analysis failed. Such a sample is 'other' (not waiting,
+    and its heaviest-lines label is the frame), and the row's figures come out."""
+    script = SCRIPT_DIR / "dqn_jax.py"
+    main = Main(script)
+    stacks = [stack_at(script, main, r"\benvs?\.step\("), ["<module> (<string>:1)", f"main ({script}:None)"]]
+    t0, ms = 1_800_000_000_000_000_000, 1_000_000
+    raw = {"script": str(script), "error": None, "stacks": stacks, "calls": {}, "nvml": [],
+           "points": [(100 * (i + 1), t0 + 1000 * ms * i) for i in range(6)],
+           "marks": {"plain": 0, "arming": 2, "window": 3, "end": 5},
+           "samples": [(t0 + 3000 * ms + 10 * ms * (i + 1), i % 2) for i in range(200)],
+           "info": {"process_start_ns": t0 - 5000 * ms, "main_tid": 7, "jax_backend": "gpu",
+                    "profiler": "torch.profiler failed to start: (made up)"}}
+    empty = np.zeros((0, 5), np.int64)
+    row = gl.analyse(raw, empty, empty, "dqn", "jax", bin_ms=10)
+    assert row["shares"]["other"] == pytest.approx(0.5) and row["shares"]["environment"] == pytest.approx(0.5)
+    assert any(label.endswith(f"main ({script}:None)") for label in row["heaviest_lines"]), row["heaviest_lines"]
+
+
 def test_gae_is_told_apart_in_the_split():
     """PPO Atari's GAE has a category of its own in the split (limits.py's classifier counts it as the update, or as
     the rollout's storage where its results are written into the rollout): a sample inside the script's GAE functions

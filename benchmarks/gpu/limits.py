@@ -140,13 +140,13 @@ def split_categories() -> list[str]:
 def category(frames: list[str], script_file: str, main) -> str:
     """A sample's category: benchmarks/limits/limits.py's classifier's, but GAE where the sample is inside one of the script's
     GAE functions (called from main()) or on a line of main() that calls one."""
-    from benchmarks.limits.limits import classify
+    from benchmarks.limits.limits import classify, line_of
 
     at = next((i for i, f in enumerate(frames) if f.startswith("main (") and script_file in f), None)
     if at is not None:
         if any(script_file in f and GAE_FUNCTION.match(f.split(" (")[0].rsplit(".", 1)[-1]) for f in frames[at + 1:]):
             return GAE
-        path = main.paths.get(int(re.search(r":(\d+)\)$", frames[at]).group(1)), [])
+        path = main.paths.get(line_of(frames[at]), [])
         if path and GAE_CALL.search(main.text(path[-1])):
             return GAE
     return classify(frames, script_file, main)
@@ -583,11 +583,13 @@ READS = re.compile(r"np\.asarray\(|np\.array\(|device_get\(|block_until_ready|\b
 def jax_waits(frames: list[str], script_file: str, main) -> bool:
     """Whether a JAX twin's sample is the host waiting for a result: inside JAX's read of an array's value, or on a
     line of main() that reads one, with no Python frame below it (the wait is in C++)."""
+    from benchmarks.limits.limits import line_of
+
     if any(JAX_WAITS.match(f) for f in frames):
         return True
     if not frames or not frames[-1].startswith("main (") or script_file not in frames[-1]:
         return False
-    path = main.paths.get(int(re.search(r":(\d+)\)$", frames[-1]).group(1)), [])
+    path = main.paths.get(line_of(frames[-1]), [])
     return bool(path) and bool(READS.search(main.text(path[-1])))
 
 
@@ -675,13 +677,15 @@ def analyse(raw: dict, dev: np.ndarray, api: np.ndarray, pair: str, mode: str, b
 def heaviest_lines(raw: dict, samples: np.ndarray, stack_cats: list[str], main, script_file: str, start: int,
                    end: int, top: int = 8) -> dict:
     """The lines of main() that the most sampled time was on (category: line: its text), as shares of the window."""
+    from benchmarks.limits.limits import line_of
+
     labels = []
     for frames, category in zip(raw["stacks"], stack_cats):
         at = next((f for f in frames if f.startswith("main (") and script_file in f), None)
-        if at is None:
-            labels.append(f"{category}: {frames[-1] if frames else '?'}")
+        line = None if at is None else line_of(at)
+        if line is None:
+            labels.append(f"{category}: {(at or frames[-1]) if frames else '?'}")
             continue
-        line = int(re.search(r":(\d+)\)$", at).group(1))
         labels.append(f"{category}: {line}: {main.lines[line - 1].strip()[:80]}")
     keep, weights = sample_weights(samples[:, 0], start, end)
     totals: dict[str, float] = {}

@@ -143,6 +143,13 @@ class Main:
         return " ".join(line.strip() for line in self.lines[st.lineno - 1:end])
 
 
+def line_of(frame: str) -> int | None:
+    """A sampled frame's line, from its name 'qualname (file:line)'; None where the frame had no line: Python 3.11+
+    gives a frame's f_lineno as None while it runs an instruction that belongs to no line."""
+    found = re.search(r":(\d+)\)$", frame)
+    return int(found.group(1)) if found else None
+
+
 def classify(frames: list[str], script_file: str, main: Main) -> str:
     """The category of one sample (its frames, outermost first, as py-spy writes them: 'name (file:line)')."""
     at = next((i for i, f in enumerate(frames) if f.startswith("main (") and script_file in f), None)
@@ -164,7 +171,7 @@ def classify(frames: list[str], script_file: str, main: Main) -> str:
             return "logging"
         if script_file in frame and STORAGE_FUNCTIONS.match(name):
             return "storage"
-    path = main.paths.get(int(re.search(r":(\d+)\)$", frames[at]).group(1)), [])
+    path = main.paths.get(line_of(frames[at]), [])
     if not path:
         return "other"
     leaf, blocks = main.text(path[-1]), [main.text(p) for p in path[:-1]]
