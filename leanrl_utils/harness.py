@@ -440,7 +440,9 @@ def make_writer(args, run_name: str) -> "Writer":
     first logged value included. With --resume the writer goes on in the run's folder and TensorBoard drops what
     the run logged after its checkpoint (`purge_step`): a curve has no stretch twice; wandb goes on with the
     run's own id (kept in the folder)."""
-    folder = f"runs/{run_name}"
+    # absolute: the writer's thread writes at its flushes and at exit, wherever the process's folder is by then (a
+    # test that ran main() in a folder of its own and left it)
+    folder = os.path.abspath(f"runs/{run_name}")
     if args.track:
         import wandb
 
