@@ -34,7 +34,34 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 
 import pytest  # noqa: E402
 
-from helpers import RunCache  # noqa: E402
+from helpers import SMALL, RunCache  # noqa: E402
+
+# tests/measure_tolerances.py --updates: every np.testing.assert_allclose of the tests run records, to the file
+# LEANRL_RECORD_CLOSENESS names, its test, its line, the tolerance it allows and the largest difference it saw
+# (relative where the expected value is at least SMALL in size, absolute below), then checks as it does.
+if os.environ.get("LEANRL_RECORD_CLOSENESS"):
+    import inspect
+    import json
+
+    import numpy as np
+
+    _assert_allclose = np.testing.assert_allclose
+
+    def _recording_assert_allclose(actual, desired, rtol=1e-7, atol=0, *args, **kwargs):
+        a, d = np.broadcast_arrays(np.asarray(actual, dtype=np.float64), np.asarray(desired, dtype=np.float64))
+        diff, big = np.abs(a - d), np.abs(d) >= SMALL
+        caller = inspect.stack()[1]
+        record = {"test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+                  "site": f"{os.path.basename(caller.filename)}:{caller.lineno}", "rtol": rtol, "atol": atol,
+                  "rel": float((diff[big] / np.abs(d[big])).max()) if big.any() else 0.0,
+                  "abs": float(diff[~big].max()) if (~big).any() else 0.0,
+                  # the share of its tolerance the largest difference used (assert_allclose's own measure)
+                  "used": float((diff / np.maximum(atol + rtol * np.abs(d), 1e-300)).max()) if diff.size else 0.0}
+        with open(os.environ["LEANRL_RECORD_CLOSENESS"], "a") as f:
+            f.write(json.dumps(record) + "\n")
+        return _assert_allclose(actual, desired, rtol, atol, *args, **kwargs)
+
+    np.testing.assert_allclose = _recording_assert_allclose
 
 
 @pytest.fixture(scope="session")

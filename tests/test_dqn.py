@@ -6,8 +6,8 @@ import pytest
 import torch
 from helpers import DQN_ATARI as ATARI, DQN_ATARI_GREEDY as ATARI_GREEDY, DQN_EVAL_THRESHOLD as EVAL_THRESHOLD, \
     DQN_GREEDY as GREEDY, DQN_LEARN as LEARN, DQN_LOSSES as LOSSES, DQN_SHORT as SHORT, DQN_THRESHOLD as THRESHOLD, \
-    assert_close_logs, assert_frame_buffer_returns_what_a_naive_buffer_returns, assert_same_numbers_twice, \
-    check_flag_run, flag_configs, learns_and_plays_back, load_script, tier
+    assert_as_measured, assert_close_logs, assert_frame_buffer_returns_what_a_naive_buffer_returns, \
+    assert_same_numbers_twice, check_flag_run, flag_configs, learns_and_plays_back, load_script, tier
 
 EAGER, FAST = "dqn", "dqn_torchcompile"
 CONFIGS = flag_configs(EAGER, FAST)
@@ -21,24 +21,22 @@ def test_every_flag_combination_runs_and_logs(config, cached_run):
 
 
 # Same batches, same ε-greedy draws (CartPole's: both scripts decide on the host), same formulas: the
-# two scripts play the same games, and only the rounding differs (fused Adam, a fused target copy); over
-# 100 updates every logged value agrees within 1e-4 relative. Exploring (ε near 1 in SHORT) checks the
-# draws; greedy (ε = 0) checks the acting network. --compile draws the random numbers of no flag.
+# two scripts play the same games, and only the rounding differs (fused Adam, a fused target copy); the first
+# updates (to step 700) agree within 10 times the rounding measured there, the whole run within 1e-4
+# (tests/tolerances.md). Exploring (ε near 1 in SHORT) checks the draws; greedy (ε = 0) checks the acting
+# network. --compile draws the random numbers of no flag.
 # The target copies (steps 600, 800, ..., 1400) feed the losses logged after them: a script of the pair whose
 # target is never copied (in a copy of it: the eager loop's or the optimized lerp_ removed, or, for --compile,
 # skipped under --compile only) logged td_loss 0.64 against 0.83 at step 700, and its games went another way.
-TOL = dict(rtol=1e-4, atol=1e-6)
-
-
 def test_compile_gives_the_numbers_of_no_compile(cached_run):
     plain, compiled = cached_run(FAST, *SHORT).check(), cached_run(FAST, "--compile", *SHORT).check()
-    assert_close_logs(compiled, plain, LOSSES + ["charts/episodic_return"], **TOL)
+    assert_as_measured(compiled, plain, "dqn compile")
 
 
 @pytest.mark.parametrize("args", [SHORT, GREEDY], ids=["exploring", "greedy"])
 def test_optimized_script_learns_what_the_eager_one_learns(args, cached_run):
     eager, fast = cached_run(EAGER, *args).check(), cached_run(FAST, *args).check()
-    assert_close_logs(fast, eager, LOSSES + ["charts/episodic_return"], **TOL)
+    assert_as_measured(fast, eager, "dqn twin" + (" greedy" if args == GREEDY else ""))
 
 
 @pytest.mark.parametrize("script", [EAGER, FAST])
@@ -69,29 +67,29 @@ def test_atari_every_flag_combination_runs_and_logs(config, cached_run):
 # The compiled convolutions and their fused epilogues round differently from eager's kernels, and how much
 # depends on the CPU: exploring, the CI machine saw the losses apart by 35% at step 1000 (values near 1e-5)
 # where this one saw them within 1e-4. As between the eager and the optimized script (below), the games
-# must be the same, and the losses, greedy, within 1e-2.
+# must be the same, and the losses, greedy, within 10 times the rounding measured with native and AVX2 kernels.
 def test_atari_compile_gives_the_numbers_of_no_compile(cached_run):
     plain = cached_run(ATARI_FAST, *ATARI_GREEDY).check()
     compiled = cached_run(ATARI_FAST, "--compile", *ATARI_GREEDY).check()
     assert_close_logs(compiled, plain, ["charts/episodic_return", "charts/episodic_length"], rtol=0, atol=0)
-    assert_close_logs(compiled, plain, LOSSES, rtol=1e-2, atol=1e-6)
+    assert_as_measured(compiled, plain, "dqn_atari compile greedy")
 
 
 # The target copies (every 200 steps: 600, 800, 1000) feed the losses logged after them: either script with its
 # target never copied (in a copy of it), or the optimized one with its copy skipped under --compile only, logged
 # td_loss 5.0e-4 against 1.8e-4 at step 700, greedy, against its twin (here, and in the --compile test above).
-# The optimized script runs its convolutions in the channels-last layout, whose kernels round
-# differently: greedy, over 175 updates the Q-values drift apart by up to 1e-3 relative (the games are
-# the same). Exploring (ε from 1 to 0.01 over the first 120 steps) the two scripts make the same ε-greedy
-# draws on the host, so they play the same games; there the drift grew to 2% of the Q-values by step
-# 1100 (measured, seed 3), so the losses are compared greedy only.
+# The optimized script runs its convolutions in the channels-last layout, whose kernels round differently:
+# greedy, the first updates within 10 times the rounding measured (tests/tolerances.md), the games the same.
+# Exploring (ε from 1 to 0.01 over the first 120 steps) the two scripts make the same ε-greedy draws on the host,
+# so they play the same games; there the drift grew to 2% of the Q-values by step 1100 (measured, seed 3), so the
+# losses are compared greedy only.
 @pytest.mark.parametrize("args", [ATARI, ATARI_GREEDY], ids=["exploring", "greedy"])
 def test_atari_optimized_script_learns_what_the_eager_one_learns(args, cached_run):
     eager, fast = cached_run(ATARI_EAGER, *args).check(), cached_run(ATARI_FAST, *args).check()
     games = ["charts/episodic_return", "charts/episodic_length", "charts/epsilon"]
     assert_close_logs(fast, eager, games, rtol=0, atol=0)
     if args == ATARI_GREEDY:
-        assert_close_logs(fast, eager, LOSSES, rtol=1e-2, atol=1e-6)
+        assert_as_measured(fast, eager, "dqn_atari twin greedy")
 
 
 @pytest.mark.parametrize("script", [ATARI_EAGER, ATARI_FAST])

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 from helpers import OFF_POLICY_LEARN as LEARN, OFF_POLICY_SHORT as SHORT, OFF_POLICY_TAGS as TAGS, \
-    OFF_POLICY_THRESHOLD as THRESHOLD, Run, assert_close_logs, assert_identical_logs, assert_same_numbers_twice, \
-    check_flag_run, flag_configs, learns_and_plays_back, load_script, off_policy_eager as eager, \
-    off_policy_fast as fast, register_inverted_pendulum_short, tier
+    OFF_POLICY_THRESHOLD as THRESHOLD, Run, assert_as_measured, assert_close_logs, assert_identical_logs, \
+    assert_same_numbers_twice, check_flag_run, flag_configs, learns_and_plays_back, load_script, \
+    off_policy_eager as eager, off_policy_fast as fast, register_inverted_pendulum_short, tier
 
 CONFIGS = [(pair, config) for pair in TAGS for config in flag_configs(eager(pair), fast(pair))]
 
@@ -21,30 +21,26 @@ def test_every_flag_combination_runs_and_logs(pair, config, cached_run):
 
 
 # The runs compared start from the same weights and draw the same random numbers; float rounding
-# differs (fused kernels, batched matmuls, lerp), and training amplifies it. After the first
-# 100 updates every logged value agrees within 1e-4 relative; over 400 updates, within 5%.
+# differs (fused kernels, batched matmuls, lerp), and training amplifies it. The first 100 updates (to step 300)
+# agree within 10 times the rounding measured there; the 400 updates draw the same curve, within 5% or 10 times the
+# largest rounding measured, the looser (tests/tolerances.md). TD3's twin with its smoothing noise clipped at twice
+# --noise-clip moved its losses by 2e-5 relative by step 300, where the rounding measured is at most 4e-7.
 # The target networks move at every update (SAC) or with every actor step (TD3), by tau = 0.005 of the way, and
 # the Q-values logged at step 300 already depend on it: a script of the pair whose targets never move (its
 # target update removed in a copy: the eager script's, or the optimized script's lerp) logged its qf1_values
 # there 27% (SAC: -6.17 against -8.48) and 10% (TD3: -7.08 against -7.87) away from its twin's; and the
 # optimized script's --compile, with its target lerp left out of the compiled update only, from no flag's.
-EARLY = dict(rtol=1e-4, atol=1e-5, upto_step=300)
-LATE = dict(rtol=5e-2, atol=5e-3)
-
-
 @pytest.mark.parametrize("pair", TAGS)
 def test_compile_gives_the_numbers_of_no_compile(pair, cached_run):
     plain, compiled = cached_run(fast(pair), *SHORT).check(), cached_run(fast(pair), "--compile", *SHORT).check()
-    assert_close_logs(compiled, plain, TAGS[pair], **EARLY)
-    assert_close_logs(compiled, plain, TAGS[pair], **LATE)
+    assert_as_measured(compiled, plain, f"{pair} compile")
 
 
 @pytest.mark.parametrize("pair", TAGS)
 def test_optimized_script_learns_what_the_eager_one_learns(pair, cached_run):
     slow, quick = cached_run(eager(pair), *SHORT).check(), cached_run(fast(pair), *SHORT).check()
-    assert_close_logs(quick, slow, TAGS[pair], **EARLY)
-    assert_close_logs(quick, slow, TAGS[pair], **LATE)
-    assert_close_logs(quick, slow, ["charts/episodic_return"], rtol=1e-4, upto_step=200)
+    assert_as_measured(quick, slow, f"{pair} twin")
+    assert_close_logs(quick, slow, ["charts/episodic_return"], rtol=0, atol=0, upto_step=200)  # random actions
 
 
 @pytest.mark.parametrize("script", [s for pair in TAGS for s in (eager(pair), fast(pair))])
