@@ -425,3 +425,20 @@ def test_no_compiling_lets_a_compiled_graph_run_and_refuses_any_compilation():
     for call in (lambda: compiled(torch.ones(3, 4)), lambda: torch.compile(lambda x: x - 1, backend="eager")(torch.ones(2))):
         with pytest.raises(Exception, match="fail_on_recompile"), NoCompiling():
             call()
+
+
+def test_every_planted_bug_applies_to_the_scripts_as_they_are():
+    """benchmarks/mutations: each mutant's text is found exactly once in each script it changes (a script edited since
+    would leave a mutant that changes nothing, and counts as not caught, or one that changes two places), both ways,
+    and its family's tests exist; the twin-only way leaves the eager script as it is."""
+    from benchmarks.mutations.mutations import FAMILIES, MUTANTS
+
+    assert len({m.name for m in MUTANTS}) == len(MUTANTS)
+    for mutant in MUTANTS:
+        eager, files, _ = FAMILIES[mutant.family]
+        assert all((REPO / f).is_file() for f in files), files
+        assert set(mutant.patches("twin")) == {f"{eager}_torchcompile"}
+        assert set(mutant.patches("both")) == {eager, f"{eager}_torchcompile"}
+        for script, (old, new) in mutant.patches("both").items():
+            text = (REPO / "leanrl" / f"{script}.py").read_text()
+            assert text.count(old) == 1 and old != new, (mutant.name, script, text.count(old))
