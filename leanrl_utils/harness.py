@@ -538,7 +538,8 @@ class Checkpoint:
         self.every = getattr(args, "checkpoint_every", 0)
         # a multi-process run: rank 0 writes the file (the ranks' weights are the same), with every rank's generators
         self.rank, self.world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-        folder = getattr(writer, "log_dir", None) or f"runs/{run_name(args)}"  # ranks but 0 log nothing
+        # the run's folder as the user names it (the writer holds it absolute), runs/<name> on ranks that log nothing
+        folder = os.path.relpath(writer.log_dir) if getattr(writer, "log_dir", None) else f"runs/{run_name(args)}"
         self.run_name, self.path = os.path.basename(os.path.normpath(folder)), os.path.join(folder, checkpoints.FILE)
         self.asked, self.saved_step, self.due, self.previous_handler = False, None, math.inf, None
         _checkpoint = self
