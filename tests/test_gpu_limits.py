@@ -293,6 +293,18 @@ def stack_at(script, main, pattern: str, *inner: str) -> list[str]:
     return ["<module> (<string>:1)", f"main ({script}:{n})", *inner]
 
 
+def jax_twin_raw(script, stacks: list[list[str]]) -> dict:
+    """What a JAX twin's launcher writes, made up: 200 samples in the window, 10 ms apart, taking the stacks in turn;
+    no profiler (JAX on a GPU)."""
+    t0, ms = 1_800_000_000_000_000_000, 1_000_000
+    return {"script": str(script), "error": None, "stacks": stacks, "calls": {}, "nvml": [],
+            "points": [(100 * (i + 1), t0 + 1000 * ms * i) for i in range(6)],
+            "marks": {"plain": 0, "arming": 2, "window": 3, "end": 5},
+            "samples": [(t0 + 3000 * ms + 10 * ms * (i + 1), i % len(stacks)) for i in range(200)],
+            "info": {"process_start_ns": t0 - 5000 * ms, "main_tid": 7, "jax_backend": "gpu",
+                     "profiler": "torch.profiler failed to start: (made up)"}}
+
+
 def test_a_jax_twin_on_a_gpu_waits_where_it_reads_a_result():
     """JAX's dispatch is asynchronous: a jitted call returns at once and the host waits where it reads a result. On a
     GPU such samples count as waiting for the GPU (inside JAX's ArrayImpl._value, or on a line of main() that reads an
@@ -309,13 +321,7 @@ def test_a_jax_twin_on_a_gpu_waits_where_it_reads_a_result():
                  f"annotate_function.<locals>.wrapper ({jax_src}/profiler.py:420)",
                  f"ArrayImpl._value ({jax_src}/array.py:623)"),  # a read, in JAX: waiting
               at(r"= train_step\(", f"cache_miss ({jax_src}/pjit.py:1)")]  # the update's dispatch
-    t0, ms = 1_800_000_000_000_000_000, 1_000_000
-    raw = {"script": str(script), "error": None, "stacks": stacks, "calls": {}, "nvml": [],
-           "points": [(100 * (i + 1), t0 + 1000 * ms * i) for i in range(6)],
-           "marks": {"plain": 0, "arming": 2, "window": 3, "end": 5},
-           "samples": [(t0 + 3000 * ms + 10 * ms * (i + 1), i % 4) for i in range(200)],
-           "info": {"process_start_ns": t0 - 5000 * ms, "main_tid": 7, "jax_backend": "gpu",
-                    "profiler": "torch.profiler failed to start: (made up)"}}
+    raw = jax_twin_raw(script, stacks)
     empty = np.zeros((0, 5), np.int64)
     on_gpu = gl.analyse(raw, empty, empty, "sac", "jax", bin_ms=10)["shares"]
     assert on_gpu[gl.WAITING] == pytest.approx(0.5) and on_gpu["environment"] == pytest.approx(0.25)
@@ -333,13 +339,7 @@ def test_a_sample_on_no_line_is_other():
     script = SCRIPT_DIR / "dqn_jax.py"
     main = Main(script)
     stacks = [stack_at(script, main, r"\benvs?\.step\("), ["<module> (<string>:1)", f"main ({script}:None)"]]
-    t0, ms = 1_800_000_000_000_000_000, 1_000_000
-    raw = {"script": str(script), "error": None, "stacks": stacks, "calls": {}, "nvml": [],
-           "points": [(100 * (i + 1), t0 + 1000 * ms * i) for i in range(6)],
-           "marks": {"plain": 0, "arming": 2, "window": 3, "end": 5},
-           "samples": [(t0 + 3000 * ms + 10 * ms * (i + 1), i % 2) for i in range(200)],
-           "info": {"process_start_ns": t0 - 5000 * ms, "main_tid": 7, "jax_backend": "gpu",
-                    "profiler": "torch.profiler failed to start: (made up)"}}
+    raw = jax_twin_raw(script, stacks)
     empty = np.zeros((0, 5), np.int64)
     row = gl.analyse(raw, empty, empty, "dqn", "jax", bin_ms=10)
     assert row["shares"]["other"] == pytest.approx(0.5) and row["shares"]["environment"] == pytest.approx(0.5)
